@@ -1,0 +1,137 @@
+/*
+ * rankstat C ABI (librankstat.so): what an engine rank calls to publish its stats into shared memory.
+ *
+ * Contract for every function: never throws, never aborts, never blocks, never takes a lock; the hot-path
+ * calls (report, add, set, observe, heartbeat) never allocate. Errors come back as RANKSTAT_* codes;
+ * rankstat_last_error() gives a message for the calling thread's last failed call. A NULL reporter is
+ * accepted everywhere and turns the call into a no-op returning RANKSTAT_ERR_CLOSED, so an engine whose
+ * segment could not be created keeps running without metrics.
+ *
+ * Threading: a reporter is single-writer. Call it from one thread at a time (open one reporter per
+ * producing thread if several threads report).
+ */
+#ifndef RANKSTAT_RANKSTAT_H
+#define RANKSTAT_RANKSTAT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RANKSTAT_OK 0
+#define RANKSTAT_ERR_INVALID_ARGUMENT 1 /* bad name, label, geometry or record size */
+#define RANKSTAT_ERR_NO_SPACE 2         /* the shm directory is full: retry later */
+#define RANKSTAT_ERR_PERMISSION 3
+#define RANKSTAT_ERR_IO 4
+#define RANKSTAT_ERR_RING_FULL 5 /* record dropped and counted; the daemon is slow or absent */
+#define RANKSTAT_ERR_OVERSIZE 6  /* record larger than the segment allows; dropped and counted */
+#define RANKSTAT_ERR_CLOSED 7    /* NULL or closed reporter */
+#define RANKSTAT_ERR_REGISTRY_FULL 8 /* the cumulative block has no room for another series */
+
+#define RANKSTAT_ROLE_SCHEDULER 1
+#define RANKSTAT_ROLE_TOKENIZER 2
+#define RANKSTAT_ROLE_DETOKENIZER 3
+#define RANKSTAT_ROLE_OTHER 4
+
+#define RANKSTAT_RANK_UNSET (-1)
+
+#define RANKSTAT_FLAG_PRIORITY_SCHEDULING 1u
+#define RANKSTAT_FLAG_ALL_SCHEDULERS_METRICS 2u
+#define RANKSTAT_FLAG_DP_ATTENTION 4u
+
+/* Gauge aggregation modes, as prometheus_client names them. */
+#define RANKSTAT_MODE_ALL 0
+#define RANKSTAT_MODE_LIVEALL 1
+#define RANKSTAT_MODE_SUM 2
+#define RANKSTAT_MODE_LIVESUM 3
+#define RANKSTAT_MODE_MIN 4
+#define RANKSTAT_MODE_LIVEMIN 5
+#define RANKSTAT_MODE_MAX 6
+#define RANKSTAT_MODE_LIVEMAX 7
+#define RANKSTAT_MODE_MOSTRECENT 8
+#define RANKSTAT_MODE_LIVEMOSTRECENT 9
+
+typedef struct rankstat_reporter rankstat_reporter;
+
+/* Who is reporting. Strings are NUL-terminated and copied; NULL means the default. Set struct_size to
+ * sizeof(rankstat_identity) so later versions can append fields. */
+typedef struct rankstat_identity {
+  uint32_t struct_size;
+  uint32_t role;           /* RANKSTAT_ROLE_* */
+  const char* instance;    /* engine instance id, [A-Za-z0-9_-]{1,47}; default "default" */
+  const char* rank_key;    /* segment name suffix; default derived from the ranks (or pid) */
+  const char* model_name;  /* served_model_name */
+  const char* engine_type; /* "unified", "prefill", "decode"; default "unified" */
+  int32_t tp_rank, pp_rank, dp_rank, moe_ep_rank; /* dp_rank RANKSTAT_RANK_UNSET: no dp_rank label */
+  int32_t attn_tp_rank, attn_dp_rank, attn_cp_rank; /* RANKSTAT_RANK_UNSET: derived from tp/dp */
+  int32_t tp_size, pp_size, dp_size;
+  uint32_t flags;                        /* RANKSTAT_FLAG_* */
+  uint32_t extra_label_count;            /* SGLang's extra_metric_labels */
+  const char* const* extra_label_names;
+  const char* const* extra_label_values;
+} rankstat_identity;
+
+/* Segment geometry; zero fields take the defaults. */
+typedef struct rankstat_geometry {
+  uint32_t struct_size;
+  uint32_t series_capacity;
+  uint64_t ring_bytes; /* power of two */
+  uint32_t bounds_capacity;
+  uint32_t values_capacity;
+} rankstat_geometry;
+
+/* Fills `identity` with the defaults (scheduler role, ranks 0, dp unset). */
+void rankstat_identity_init(rankstat_identity* identity);
+
+/* Creates this rank's segment in $RANKSTAT_SHM_DIR (default /dev/shm). `geometry` may be NULL. On
+ * failure *out is NULL and the code says why (RANKSTAT_ERR_NO_SPACE: retry later). */
+int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry, rankstat_reporter** out);
+
+/* Marks the segment closed (clean exit) and frees the reporter. NULL is fine. */
+void rankstat_close(rankstat_reporter* reporter);
+
+/* Message for this thread's last failed call ("" if none). Valid until the thread's next call. */
+const char* rankstat_last_error(void);
+
+/* Publishes one scheduler snapshot: `snapshot` points at a SchedulerSnapshot (layout in
+ * shmproto/scheduler_snapshot.hpp, sizes and offsets from rankstat_scheduler_field), followed in the
+ * record by `priority_count` 16-byte PriorityCount entries from `priorities`. */
+int rankstat_report_scheduler(rankstat_reporter* reporter, const void* snapshot, uint32_t snapshot_bytes,
+                              const void* priorities, uint32_t priority_count);
+
+int rankstat_heartbeat(rankstat_reporter* reporter);
+
+/* Series in the cumulative block. Labels are parallel arrays of names and values. */
+int rankstat_register_counter(rankstat_reporter* reporter, const char* family, uint32_t label_count,
+                              const char* const* label_names, const char* const* label_values, uint32_t* out_id);
+int rankstat_register_gauge(rankstat_reporter* reporter, const char* family, uint32_t mode, uint32_t label_count,
+                            const char* const* label_names, const char* const* label_values, uint32_t* out_id);
+int rankstat_register_histogram(rankstat_reporter* reporter, const char* family, uint32_t label_count,
+                                const char* const* label_names, const char* const* label_values,
+                                const double* bounds, uint32_t bound_count, uint32_t* out_id);
+
+int rankstat_counter_add(rankstat_reporter* reporter, uint32_t id, double delta);
+int rankstat_gauge_set(rankstat_reporter* reporter, uint32_t id, double value);
+int rankstat_histogram_observe(rankstat_reporter* reporter, uint32_t id, double value);
+/* `count` samples in the bucket of `value`, `sum_delta` added to the sum (SGLang's bulk ITL observe). */
+int rankstat_histogram_observe_many(rankstat_reporter* reporter, uint32_t id, double value, uint64_t count,
+                                    double sum_delta);
+
+/* Records dropped so far because the ring was full. */
+uint64_t rankstat_dropped_records(const rankstat_reporter* reporter);
+
+/* The contract this library writes, so bindings can check they match. */
+uint32_t rankstat_layout_major(void);
+uint32_t rankstat_layout_minor(void);
+uint64_t rankstat_layout_hash(void);
+uint32_t rankstat_scheduler_snapshot_bytes(void);
+/* Field `index` of the scheduler snapshot (0-based): its name, byte offset and type (1 = int64,
+ * 2 = double). Returns RANKSTAT_ERR_INVALID_ARGUMENT past the last field. */
+int rankstat_scheduler_field(uint32_t index, const char** name, uint32_t* offset, uint32_t* type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RANKSTAT_RANKSTAT_H */

@@ -1,0 +1,102 @@
+// rankstat::Reporter — the C++ API an engine rank uses to publish its stats.
+//
+// One Reporter owns one segment. Thread-safety: single writer — call it from one thread at a time; use
+// one Reporter per producing thread. Every method is noexcept; the hot-path methods (report_scheduler,
+// counter_add, gauge_set, histogram_observe*, heartbeat) never allocate, lock, block or make a system
+// call beyond clock_gettime. If the daemon is absent or dead the ring fills up and appends turn into
+// counted drops costing a few nanoseconds.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/ring.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
+#include "rankstat/shmproto/segment.hpp"
+
+namespace rankstat {
+
+enum class Status : int {
+  kOk = 0,
+  kInvalidArgument = 1,
+  kNoSpace = 2,
+  kPermission = 3,
+  kIo = 4,
+  kRingFull = 5,
+  kOversize = 6,
+  kClosed = 7,
+  kRegistryFull = 8,
+};
+
+std::string_view status_name(Status status) noexcept;
+
+struct ReporterOptions {
+  shm::SegmentIdentity identity;
+  std::string shm_dir;  // empty: $RANKSTAT_SHM_DIR, else /dev/shm
+  shm::SegmentGeometry geometry;
+  std::uint32_t mode = 0660;
+  bool unlink_on_close = false;  // by default the daemon retires closed segments after reading them
+};
+
+// The shm directory to use when none is configured: $RANKSTAT_SHM_DIR, else /dev/shm.
+std::string default_shm_dir();
+
+class Reporter {
+ public:
+  Reporter() = default;
+  ~Reporter();
+  Reporter(const Reporter&) = delete;
+  Reporter& operator=(const Reporter&) = delete;
+  Reporter(Reporter&&) noexcept;
+  Reporter& operator=(Reporter&&) noexcept;
+
+  // Creates the segment (temporary name, posix_fallocate, rename). On failure the reporter stays
+  // closed, every later call is a no-op returning kClosed, and error_message() says why.
+  Status open(const ReporterOptions& options) noexcept;
+  bool is_open() const noexcept { return file_.valid(); }
+  const std::string& error_message() const noexcept { return error_; }
+  const std::string& path() const noexcept { return path_; }
+
+  // Appends one scheduler snapshot record (fixed part plus per-priority queue counts).
+  Status report_scheduler(const shm::SchedulerSnapshot& snapshot,
+                          std::span<const shm::PriorityCount> priorities = {}) noexcept;
+  // Appends a record of any type (for bindings that pack the payload themselves).
+  Status append_record(shm::RecordType type, std::uint16_t type_version, std::span<const std::uint8_t> first,
+                       std::span<const std::uint8_t> second) noexcept;
+  void heartbeat() noexcept;
+
+  // Series registration (may allocate; not for the hot path). Out-ids index the cumulative block.
+  Status register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id) noexcept;
+  Status register_gauge(std::string_view family, shm::GaugeMode mode, const shm::LabelPairs& labels,
+                        std::uint32_t& id) noexcept;
+  Status register_histogram(std::string_view family, const shm::LabelPairs& labels, std::span<const double> bounds,
+                            std::uint32_t& id) noexcept;
+
+  Status counter_add(std::uint32_t id, double delta) noexcept;
+  Status gauge_set(std::uint32_t id, double value) noexcept;
+  Status histogram_observe(std::uint32_t id, double value) noexcept;
+  Status histogram_observe_many(std::uint32_t id, double value, std::uint64_t count, double sum_delta) noexcept;
+
+  std::uint64_t dropped_records() const noexcept { return ring_.dropped_records(); }
+  std::uint64_t records_written() const noexcept { return ring_.records_written(); }
+
+  // Marks the segment closed; the reporter is closed afterwards.
+  void close() noexcept;
+
+ private:
+  Status check_series(std::uint32_t id, shm::SeriesKind kind) const noexcept;
+
+  shm::MappedFile file_;
+  std::string path_;
+  std::string error_;
+  bool unlink_on_close_ = false;
+  shm::RingWriter ring_;
+  shm::CumulativeWriter cumulative_;
+  std::vector<std::uint8_t> series_kinds_;  // kind per registered id, checked on every update
+};
+
+}  // namespace rankstat

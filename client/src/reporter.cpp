@@ -1,0 +1,273 @@
+#include "rankstat/reporter.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "rankstat/shmproto/process.hpp"
+
+namespace rankstat {
+
+namespace {
+
+Status status_from_create_error(shm::CreateError error) {
+  switch (error) {
+    case shm::CreateError::kNone:
+      return Status::kOk;
+    case shm::CreateError::kInvalidArgument:
+      return Status::kInvalidArgument;
+    case shm::CreateError::kNoSpace:
+      return Status::kNoSpace;
+    case shm::CreateError::kPermission:
+      return Status::kPermission;
+    case shm::CreateError::kIo:
+      break;
+  }
+  return Status::kIo;
+}
+
+Status status_from_append(shm::AppendStatus status) {
+  switch (status) {
+    case shm::AppendStatus::kOk:
+      return Status::kOk;
+    case shm::AppendStatus::kFull:
+      return Status::kRingFull;
+    case shm::AppendStatus::kOversize:
+      break;
+  }
+  return Status::kOversize;
+}
+
+Status status_from_register(shm::RegisterStatus status) {
+  switch (status) {
+    case shm::RegisterStatus::kOk:
+      return Status::kOk;
+    case shm::RegisterStatus::kInvalid:
+      return Status::kInvalidArgument;
+    case shm::RegisterStatus::kFull:
+      break;
+  }
+  return Status::kRegistryFull;
+}
+
+std::span<const std::uint8_t> bytes_of(const shm::SchedulerSnapshot& snapshot) {
+  return {reinterpret_cast<const std::uint8_t*>(&snapshot), sizeof snapshot};
+}
+
+}  // namespace
+
+std::string_view status_name(Status status) noexcept {
+  switch (status) {
+    case Status::kOk:
+      return "ok";
+    case Status::kInvalidArgument:
+      return "invalid_argument";
+    case Status::kNoSpace:
+      return "no_space";
+    case Status::kPermission:
+      return "permission";
+    case Status::kIo:
+      return "io";
+    case Status::kRingFull:
+      return "ring_full";
+    case Status::kOversize:
+      return "oversize";
+    case Status::kClosed:
+      return "closed";
+    case Status::kRegistryFull:
+      return "registry_full";
+  }
+  return "unknown";
+}
+
+std::string default_shm_dir() {
+  // getenv is not synchronised with setenv; callers read it at open time, not on the hot path.
+  const char* configured = std::getenv("RANKSTAT_SHM_DIR");
+  if (configured != nullptr && configured[0] != '\0') return configured;
+  return "/dev/shm";
+}
+
+Reporter::~Reporter() { close(); }
+
+// The ring and cumulative writers hold raw pointers into the mapping. Moving a MappedFile transfers the
+// mapping without remapping it, so those pointers stay valid in the destination; the source is reset to
+// the default (closed) state so it can never write through them again.
+Reporter::Reporter(Reporter&& other) noexcept
+    : file_(std::move(other.file_)),
+      path_(std::move(other.path_)),
+      error_(std::move(other.error_)),
+      unlink_on_close_(std::exchange(other.unlink_on_close_, false)),
+      ring_(std::exchange(other.ring_, {})),
+      cumulative_(std::exchange(other.cumulative_, {})),
+      series_kinds_(std::move(other.series_kinds_)) {}
+
+Reporter& Reporter::operator=(Reporter&& other) noexcept {
+  if (this != &other) {
+    close();
+    file_ = std::move(other.file_);
+    path_ = std::move(other.path_);
+    error_ = std::move(other.error_);
+    unlink_on_close_ = std::exchange(other.unlink_on_close_, false);
+    ring_ = std::exchange(other.ring_, {});
+    cumulative_ = std::exchange(other.cumulative_, {});
+    series_kinds_ = std::move(other.series_kinds_);
+  }
+  return *this;
+}
+
+Status Reporter::open(const ReporterOptions& options) noexcept {
+  // Re-opening retires the previous segment cleanly rather than leaking its mapping.
+  close();
+  ring_ = {};
+  cumulative_ = {};
+  try {
+    error_.clear();
+    path_.clear();
+    const auto role = static_cast<std::uint32_t>(options.identity.role);
+    if (role < static_cast<std::uint32_t>(shm::Role::kScheduler) || role > static_cast<std::uint32_t>(shm::Role::kOther)) {
+      error_ = "role must be scheduler, tokenizer, detokenizer or other";
+      return Status::kInvalidArgument;
+    }
+    shm::CreateOptions create;
+    create.directory = options.shm_dir.empty() ? default_shm_dir() : options.shm_dir;
+    create.mode = options.mode;
+    create.geometry = options.geometry;
+    // Reserved up front so registration never reallocates after a series exists in shared memory: a
+    // failed push_back there would leave a published series without a recorded kind.
+    std::vector<std::uint8_t> kinds;
+    kinds.reserve(options.geometry.series_capacity);
+    shm::CreateResult created = shm::create_segment(options.identity, create);
+    if (created.error != shm::CreateError::kNone) {
+      error_ = std::move(created.message);
+      return status_from_create_error(created.error);
+    }
+    file_ = std::move(created.file);
+    path_ = std::move(created.path);
+    series_kinds_ = std::move(kinds);
+    unlink_on_close_ = options.unlink_on_close;
+    shm::SegmentHeader* header = file_.header();
+    ring_ = shm::RingWriter(header, file_.bytes() + header->ring_offset, header->ring_bytes, header->max_record_bytes);
+    cumulative_ = shm::CumulativeWriter(
+        shm::cumulative_region(file_.bytes() + header->cumulative_offset, options.geometry.cumulative()));
+    return Status::kOk;
+  } catch (const std::bad_alloc&) {
+    file_.reset();
+    error_.clear();  // assigning a message could throw again
+    return Status::kIo;
+  } catch (...) {
+    file_.reset();
+    return Status::kIo;
+  }
+}
+
+Status Reporter::report_scheduler(const shm::SchedulerSnapshot& snapshot,
+                                  std::span<const shm::PriorityCount> priorities) noexcept {
+  if (!is_open()) return Status::kClosed;
+  if (priorities.size() > shm::kMaxPriorityCounts) return Status::kInvalidArgument;
+  const auto count = static_cast<std::uint32_t>(priorities.size());
+  const std::span<const std::uint8_t> tail(reinterpret_cast<const std::uint8_t*>(priorities.data()),
+                                           priorities.size_bytes());
+  if (snapshot.priority_count == count) {
+    return status_from_append(ring_.append(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
+                                           bytes_of(snapshot), tail, shm::monotonic_ns()));
+  }
+  // The record must state the number of entries it really carries; patch a stack copy, never the
+  // caller's struct (it may be const or shared with another reporter).
+  shm::SchedulerSnapshot patched;
+  std::memcpy(&patched, &snapshot, sizeof patched);
+  patched.priority_count = count;
+  return status_from_append(ring_.append(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
+                                         bytes_of(patched), tail, shm::monotonic_ns()));
+}
+
+Status Reporter::append_record(shm::RecordType type, std::uint16_t type_version, std::span<const std::uint8_t> first,
+                               std::span<const std::uint8_t> second) noexcept {
+  if (!is_open()) return Status::kClosed;
+  // A record typed as padding would make the consumer skip to the end of the ring and report corruption.
+  if (type == shm::RecordType::kPadding) return Status::kInvalidArgument;
+  return status_from_append(ring_.append(type, type_version, first, second, shm::monotonic_ns()));
+}
+
+void Reporter::heartbeat() noexcept {
+  if (!is_open()) return;
+  shm::shared(file_.header()->heartbeat_ns).store(shm::monotonic_ns(), std::memory_order_relaxed);
+}
+
+Status Reporter::register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id) noexcept {
+  if (!is_open()) return Status::kClosed;
+  std::uint32_t index = 0;
+  const Status status = status_from_register(
+      cumulative_.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family, labels, {}, index));
+  if (status != Status::kOk) return status;
+  series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kCounter));
+  id = index;
+  return Status::kOk;
+}
+
+Status Reporter::register_gauge(std::string_view family, shm::GaugeMode mode, const shm::LabelPairs& labels,
+                                std::uint32_t& id) noexcept {
+  if (!is_open()) return Status::kClosed;
+  std::uint32_t index = 0;
+  const Status status =
+      status_from_register(cumulative_.register_series(shm::SeriesKind::kGauge, mode, family, labels, {}, index));
+  if (status != Status::kOk) return status;
+  series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kGauge));
+  id = index;
+  return Status::kOk;
+}
+
+Status Reporter::register_histogram(std::string_view family, const shm::LabelPairs& labels,
+                                    std::span<const double> bounds, std::uint32_t& id) noexcept {
+  if (!is_open()) return Status::kClosed;
+  std::uint32_t index = 0;
+  const Status status = status_from_register(
+      cumulative_.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, family, labels, bounds, index));
+  if (status != Status::kOk) return status;
+  series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kHistogram));
+  id = index;
+  return Status::kOk;
+}
+
+Status Reporter::check_series(std::uint32_t id, shm::SeriesKind kind) const noexcept {
+  if (!is_open()) return Status::kClosed;
+  if (id >= series_kinds_.size() || series_kinds_[id] != static_cast<std::uint8_t>(kind)) {
+    return Status::kInvalidArgument;
+  }
+  return Status::kOk;
+}
+
+Status Reporter::counter_add(std::uint32_t id, double delta) noexcept {
+  if (const Status status = check_series(id, shm::SeriesKind::kCounter); status != Status::kOk) return status;
+  // Prometheus counters never decrease; NaN would poison the total for the rest of the process.
+  if (!(delta >= 0)) return Status::kInvalidArgument;
+  cumulative_.counter_add(id, delta);
+  return Status::kOk;
+}
+
+Status Reporter::gauge_set(std::uint32_t id, double value) noexcept {
+  if (const Status status = check_series(id, shm::SeriesKind::kGauge); status != Status::kOk) return status;
+  cumulative_.gauge_set(id, value, shm::monotonic_ns());
+  return Status::kOk;
+}
+
+Status Reporter::histogram_observe(std::uint32_t id, double value) noexcept {
+  return histogram_observe_many(id, value, 1, value);
+}
+
+Status Reporter::histogram_observe_many(std::uint32_t id, double value, std::uint64_t count,
+                                        double sum_delta) noexcept {
+  if (const Status status = check_series(id, shm::SeriesKind::kHistogram); status != Status::kOk) return status;
+  cumulative_.histogram_observe(id, value, count, sum_delta);
+  return Status::kOk;
+}
+
+void Reporter::close() noexcept {
+  if (!file_.valid()) return;
+  // close_segment only unlinks if the name still refers to this file, so a successor is never removed.
+  shm::close_segment(file_, path_, unlink_on_close_);
+  cumulative_ = {};
+  series_kinds_.clear();
+}
+
+}  // namespace rankstat

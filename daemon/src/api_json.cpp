@@ -1,0 +1,194 @@
+#include "api_json.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "rankstat/shmproto/naming.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
+
+namespace rankstat {
+namespace {
+
+boost::json::value number_or_null(double v) {
+  if (std::isfinite(v)) return v;
+  return nullptr;  // JSON has no NaN (fwd_occupancy is NaN when the device timer is off)
+}
+
+std::string_view report_kind_name(std::uint32_t kind) {
+  switch (static_cast<shm::ReportKind>(kind)) {
+    case shm::ReportKind::kPrefill:
+      return "prefill";
+    case shm::ReportKind::kDecode:
+      return "decode";
+    case shm::ReportKind::kIdle:
+      return "idle";
+    case shm::ReportKind::kUnspecified:
+      break;
+  }
+  return "unspecified";
+}
+
+std::string_view gauge_mode_name(shm::GaugeMode mode) {
+  static constexpr std::string_view kNames[] = {"all", "liveall", "sum", "livesum", "min", "livemin",
+                                                "max", "livemax", "mostrecent", "livemostrecent"};
+  const auto i = static_cast<std::size_t>(mode);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
+}
+
+}  // namespace
+
+boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns) {
+  const shm::SegmentHeader& h = s.identity();
+  const shm::ProducerState p = s.producer();
+  boost::json::object o;
+  o["id"] = s.id();
+  o["instance"] = h.instance;
+  o["role"] = shm::role_name(static_cast<shm::Role>(h.role));
+  o["rank_key"] = h.rank_key;
+  o["model_name"] = h.model_name;
+  o["engine_type"] = h.engine_type;
+  boost::json::object ranks;
+  const std::pair<const char*, std::int32_t> rank_fields[] = {
+      {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},           {"dp_rank", h.dp_rank},
+      {"moe_ep_rank", h.moe_ep_rank},   {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
+      {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},           {"pp_size", h.pp_size},
+      {"dp_size", h.dp_size}};
+  for (const auto& [name, value] : rank_fields) {
+    if (value == shm::kRankUnset) {
+      ranks[name] = nullptr;
+    } else {
+      ranks[name] = value;
+    }
+  }
+  o["ranks"] = std::move(ranks);
+  o["pid"] = h.pid;
+  o["generation"] = std::to_string(h.generation);
+  o["state"] = rank_state_name(s.state());
+  o["heartbeat_age_seconds"] = now_ns > p.heartbeat_ns ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0.0;
+  o["records_per_second"] = s.records_per_second();
+  o["records_written"] = p.records_written;
+  o["records_drained"] = s.records_drained();
+  o["dropped_records"] = p.dropped_records;
+  o["oversize_records"] = p.oversize_records;
+  o["ring_bytes"] = h.ring_bytes;
+  o["ring_fill_ratio"] = s.ring_fill_ratio();
+  o["ring_quarantined"] = s.ring_corrupt();
+  o["layout_version"] = std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor);
+  o["priority_scheduling"] = (h.flags & shm::kFlagPriorityScheduling) != 0;
+  o["all_schedulers_metrics"] = (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
+  return o;
+}
+
+boost::json::object rank_detail_json(const RankSegment& s, std::uint64_t now_ns) {
+  boost::json::object o = rank_summary_json(s, now_ns);
+  const SchedulerView& view = s.scheduler();
+  if (view.present) {
+    boost::json::object snapshot;
+    snapshot["report_kind"] = report_kind_name(view.fixed.report_kind);
+    snapshot["sequence"] = view.sequence;
+    snapshot["age_seconds"] =
+        now_ns > view.timestamp_ns ? static_cast<double>(now_ns - view.timestamp_ns) / 1e9 : 0.0;
+    boost::json::object sections;
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&view.fixed);
+    for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
+      if (field.group != 0 && (view.fixed.groups & field.group) == 0) continue;
+      auto& section = sections[field.section];
+      if (!section.is_object()) section = boost::json::object();
+      if (field.type == shm::FieldType::kI64) {
+        std::int64_t v = 0;
+        std::memcpy(&v, bytes + field.offset, sizeof v);
+        section.as_object()[field.name] = v;
+      } else {
+        double v = 0;
+        std::memcpy(&v, bytes + field.offset, sizeof v);
+        section.as_object()[field.name] = number_or_null(v);
+      }
+    }
+    boost::json::array priorities;
+    for (const shm::PriorityCount& e : view.priorities) {
+      if (e.queue >= shm::kQueueIdCount) continue;
+      boost::json::object entry;
+      entry["queue"] = shm::kQueueTotalField[e.queue];
+      if ((e.flags & shm::kPriorityIsNone) != 0) {
+        entry["priority"] = nullptr;
+      } else {
+        entry["priority"] = e.priority;
+      }
+      entry["count"] = e.count;
+      priorities.push_back(std::move(entry));
+    }
+    sections["priorities"] = std::move(priorities);
+    snapshot["fields"] = std::move(sections);
+    o["scheduler"] = std::move(snapshot);
+  } else {
+    o["scheduler"] = nullptr;
+  }
+  boost::json::array series;
+  for (const SeriesState& st : s.series()) {
+    boost::json::object entry;
+    entry["family"] = st.info.family;
+    boost::json::object labels;
+    for (const auto& [name, value] : st.info.labels) labels[name] = value;
+    entry["labels"] = std::move(labels);
+    switch (st.info.kind) {
+      case shm::SeriesKind::kCounter:
+        entry["type"] = "counter";
+        entry["value"] = number_or_null(st.value.value);
+        break;
+      case shm::SeriesKind::kGauge:
+        entry["type"] = "gauge";
+        entry["mode"] = gauge_mode_name(st.info.gauge_mode);
+        if (st.value.set_ns == 0) {
+          entry["value"] = nullptr;
+        } else {
+          entry["value"] = number_or_null(st.value.value);
+        }
+        break;
+      case shm::SeriesKind::kHistogram: {
+        entry["type"] = "histogram";
+        std::uint64_t count = 0;
+        for (auto c : st.value.counts) count += c;
+        entry["count"] = count;
+        entry["sum"] = number_or_null(st.value.sum);
+        boost::json::array buckets;
+        std::uint64_t cumulative = 0;
+        for (std::size_t i = 0; i < st.value.counts.size(); ++i) {
+          cumulative += st.value.counts[i];
+          boost::json::object b;
+          if (i < st.info.bounds.size()) {
+            b["le"] = st.info.bounds[i];
+          } else {
+            b["le"] = "+Inf";
+          }
+          b["cumulative_count"] = cumulative;
+          buckets.push_back(std::move(b));
+        }
+        entry["buckets"] = std::move(buckets);
+        break;
+      }
+    }
+    series.push_back(std::move(entry));
+  }
+  o["series"] = std::move(series);
+  return o;
+}
+
+std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns) {
+  boost::json::object doc;
+  doc["shm_dir"] = registry.directory();
+  boost::json::array ranks;
+  for (const RankSegment* s : registry.current()) ranks.push_back(rank_summary_json(*s, now_ns));
+  doc["ranks"] = std::move(ranks);
+  boost::json::object rejected;
+  const auto& c = registry.counters();
+  for (int i = 1; i < shm::kRejectReasonCount; ++i) {
+    if (c.rejected_by_reason[static_cast<std::size_t>(i)] == 0) continue;
+    rejected[shm::reject_reason_name(static_cast<shm::RejectReason>(i))] =
+        c.rejected_by_reason[static_cast<std::size_t>(i)];
+  }
+  doc["rejected_segments"] = std::move(rejected);
+  return boost::json::serialize(doc);
+}
+
+}  // namespace rankstat

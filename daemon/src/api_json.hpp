@@ -1,0 +1,23 @@
+// The JSON API behind /api/v1/ranks and /api/v1/ranks/<id> (schema in docs/api.md). The CLI renders
+// the same documents, whether it got them from the daemon or built them from the segments directly.
+#pragma once
+
+#include <boost/json/value.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "rank_segment.hpp"
+#include "segment_registry.hpp"
+
+namespace rankstat {
+
+// Summary of one generation: identity, liveness, ring health.
+boost::json::object rank_summary_json(const RankSegment& segment, std::uint64_t now_ns);
+// The summary plus the latest scheduler snapshot (fields grouped by SchedulerStats section) and every
+// cumulative series.
+boost::json::object rank_detail_json(const RankSegment& segment, std::uint64_t now_ns);
+// {"ranks": [summary...], "shm_dir": ..., "rejected": {...}}
+std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns);
+
+}  // namespace rankstat

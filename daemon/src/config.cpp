@@ -1,0 +1,147 @@
+#include "config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <sstream>
+
+namespace rankstat {
+
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  std::size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (...) {
+    return std::nullopt;
+  }
+  if (number < 0) return std::nullopt;
+  const std::string unit = text.substr(used);
+  double ms = 0;
+  if (unit.empty() || unit == "ms") {
+    ms = number;
+  } else if (unit == "s") {
+    ms = number * 1e3;
+  } else if (unit == "m") {
+    ms = number * 60e3;
+  } else if (unit == "h") {
+    ms = number * 3600e3;
+  } else {
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+}
+
+namespace {
+
+struct DurationFlags {
+  std::string poll = "2ms";
+  std::string scan = "1s";
+  std::string liveness = "250ms";
+  std::string stall = "30s";
+};
+
+void add_options(CLI::App& app, Config& c, DurationFlags& d) {
+  app.add_option("--web.listen-address", c.listen_address, "Address to listen on for HTTP: host:port or :port")
+      ->capture_default_str();
+  app.add_option("--web.telemetry-path", c.telemetry_path, "Path under which to expose metrics")
+      ->capture_default_str()
+      ->check([](const std::string& p) { return p.starts_with('/') ? std::string() : "must start with '/'"; });
+  app.add_option("--web.address-file", c.address_file, "Write the bound listen address to this file");
+  app.add_option("--web.max-connections", c.max_connections, "Concurrent HTTP connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 100000u));
+  app.add_option("--shm.dir", c.shm_dir, "Directory holding the rank segments")->capture_default_str();
+  app.add_option("--shm.instance", c.instances, "Only serve these engine instances (repeatable)");
+  app.add_option("--shm.poll-interval", d.poll, "How often rings are drained")->capture_default_str();
+  app.add_option("--shm.scan-interval", d.scan, "How often the shm directory is rescanned (inotify is a hint)")
+      ->capture_default_str();
+  app.add_option("--liveness.interval", d.liveness, "How often rank processes are checked")->capture_default_str();
+  app.add_option("--liveness.stall-after", d.stall, "Heartbeat age after which a live rank is STALLED")
+      ->capture_default_str();
+  app.add_option("--log.level", c.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
+  app.add_option("--web.gzip-level", c.gzip_level, "zlib level for gzip responses (1 = fastest)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 9));
+}
+
+std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
+  const std::pair<const std::string*, std::chrono::milliseconds*> items[] = {
+      {&d.poll, &c.poll_interval},
+      {&d.scan, &c.scan_interval},
+      {&d.liveness, &c.liveness_interval},
+      {&d.stall, &c.stall_after}};
+  for (const auto& [text, out] : items) {
+    const auto value = parse_duration(*text);
+    if (!value || value->count() == 0) return "invalid duration '" + *text + "' (use e.g. 5ms, 1s, 2m)";
+    *out = *value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ConfigParse parse_config(int argc, const char* const* argv) {
+  ConfigParse result;
+  Config c;
+  DurationFlags d;
+  CLI::App app{"rankstatd: drains rankstat shared-memory rings and serves Prometheus metrics"};
+  app.set_version_flag("--version", std::string("rankstatd ") + RANKSTAT_VERSION);
+  app.set_config("--config.file", "", "Read flags from this file (name = value lines); re-read on SIGHUP");
+  add_options(app, c, d);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream out;
+    std::ostringstream err;
+    result.exit_code = app.exit(e, out, err);
+    result.message = out.str() + err.str();
+    return result;
+  }
+  if (auto* opt = app.get_config_ptr(); opt != nullptr && opt->count() > 0) c.config_file = opt->as<std::string>();
+  if (auto error = apply_durations(c, d)) {
+    result.exit_code = 2;
+    result.message = *error + "\n";
+    return result;
+  }
+  result.config = c;
+  return result;
+}
+
+std::optional<Config> reload_config(const Config& base, std::string& error) {
+  if (base.config_file.empty()) return base;
+  std::ifstream probe(base.config_file);
+  if (!probe) {
+    error = "cannot read " + base.config_file;
+    return std::nullopt;
+  }
+  Config c = base;
+  auto ms = [](std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; };
+  DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval), ms(base.stall_after)};
+  CLI::App app;
+  app.allow_config_extras(CLI::config_extras_mode::ignore);
+  app.set_config("--config.file", base.config_file);
+  add_options(app, c, d);
+  try {
+    const char* argv[] = {"rankstatd"};
+    app.parse(1, argv);
+  } catch (const CLI::ParseError& e) {
+    error = std::string("config file ") + base.config_file + ": " + e.what();
+    return std::nullopt;
+  }
+  if (auto message = apply_durations(c, d)) {
+    error = *message;
+    return std::nullopt;
+  }
+  // The listener and the shm directory stay as started: changing them needs a restart.
+  c.listen_address = base.listen_address;
+  c.telemetry_path = base.telemetry_path;
+  c.shm_dir = base.shm_dir;
+  c.address_file = base.address_file;
+  c.max_connections = base.max_connections;
+  return c;
+}
+
+}  // namespace rankstat

@@ -1,0 +1,45 @@
+// Every rankstatd setting, in one place. Flags follow the Prometheus exporter conventions
+// (--web.listen-address, --web.telemetry-path, --log.level).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rankstat {
+
+struct Config {
+  std::string listen_address = ":9473";
+  std::string telemetry_path = "/metrics";
+  std::string address_file;  // written with the bound address once listening (for scripts and tests)
+  std::uint32_t max_connections = 64;
+  std::string shm_dir = "/dev/shm";
+  std::vector<std::string> instances;  // empty: every instance
+  std::chrono::milliseconds poll_interval{2};
+  std::chrono::milliseconds scan_interval{1000};
+  std::chrono::milliseconds liveness_interval{250};
+  std::chrono::milliseconds stall_after{30000};
+  std::string log_level = "info";
+  int gzip_level = 1;
+  std::string config_file;  // re-read on SIGHUP; holds flag=value lines
+};
+
+// Parses "250ms", "2s", "1m", "1h" (a bare number is milliseconds). nullopt on anything else.
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
+
+struct ConfigParse {
+  std::optional<Config> config;  // empty when the program should exit (help, version or error)
+  int exit_code = 0;
+  std::string message;  // help text or error
+};
+
+// Parses the command line; a --config.file adds `name = value` lines (flags given on the command line win).
+ConfigParse parse_config(int argc, const char* const* argv);
+
+// Re-reads the config file for SIGHUP: settings that can change without a restart (log level, poll
+// and liveness intervals, stall threshold, instances) are taken from it over `base`.
+std::optional<Config> reload_config(const Config& base, std::string& error);
+
+}  // namespace rankstat

@@ -1,0 +1,316 @@
+#include "daemon.hpp"
+
+#include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json/serialize.hpp>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <optional>
+
+#include "aggregation.hpp"
+#include "api_json.hpp"
+#include "http/gzip.hpp"
+#include "http/http_server.hpp"
+#include "http/systemd_notify.hpp"
+#include "rankstat/shmproto/process.hpp"
+#include "rankstat/shmproto/schema.hpp"
+#include "segment_registry.hpp"
+#include "self_metrics.hpp"
+
+namespace rankstat {
+namespace {
+
+namespace asio = boost::asio;
+
+constexpr std::string_view kTextContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+http::Response text_response(unsigned status, std::string body) {
+  http::Response r;
+  r.status = status;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = std::move(body);
+  return r;
+}
+
+http::Response json_response(unsigned status, std::string body) {
+  http::Response r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  r.compressible = true;
+  return r;
+}
+
+std::string landing_page(const std::string& telemetry_path) {
+  return "<!DOCTYPE html>\n<html><head><title>rankstatd</title></head><body>\n"
+         "<h1>rankstatd</h1>\n<p>SGLang rank metrics from shared memory.</p>\n<ul>\n"
+         "<li><a href=\"" +
+         telemetry_path +
+         "\">Metrics</a></li>\n"
+         "<li><a href=\"/api/v1/ranks\">Ranks (JSON)</a></li>\n"
+         "<li><a href=\"/healthz\">Health</a></li>\n"
+         "<li><a href=\"/readyz\">Readiness</a></li>\n"
+         "</ul>\n</body></html>\n";
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+}  // namespace
+
+struct Daemon::State {
+  Config config;
+  asio::io_context io;
+  SegmentRegistry registry;
+  SelfMetrics self;
+  std::unique_ptr<http::Server> server;
+  asio::steady_timer poll_timer{io};
+  asio::steady_timer liveness_timer{io};
+  asio::steady_timer scan_timer{io};
+  asio::steady_timer watchdog_timer{io};
+  asio::steady_timer shutdown_deadline{io};
+  asio::signal_set stop_signals{io, SIGTERM, SIGINT};
+  asio::signal_set reload_signals{io, SIGHUP};
+  std::optional<asio::posix::stream_descriptor> inotify;
+  std::array<char, 4096> inotify_buffer{};
+  bool rescan_pending = false;
+  bool stopping = false;
+  std::optional<std::chrono::microseconds> watchdog_period;
+
+  explicit State(Config c) : config(std::move(c)), registry(config.shm_dir, config.instances) {}
+
+  void start_poll() {
+    poll_timer.expires_after(config.poll_interval);
+    poll_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopping) return;
+      self.add_records_drained(registry.drain_all(shm::monotonic_ns()));
+      start_poll();
+    });
+  }
+
+  void start_liveness() {
+    liveness_timer.expires_after(config.liveness_interval);
+    liveness_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopping) return;
+      registry.check_liveness(shm::monotonic_ns(), config.stall_after);
+      start_liveness();
+    });
+  }
+
+  void start_scan() {
+    scan_timer.expires_after(config.scan_interval);
+    scan_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || stopping) return;
+      registry.scan(shm::monotonic_ns());
+      start_scan();
+    });
+  }
+
+  void start_inotify() {
+    const int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) {
+      spdlog::warn("inotify unavailable ({}); relying on the {} ms rescan", shm::errno_text(errno),
+                   config.scan_interval.count());
+      return;
+    }
+    if (inotify_add_watch(fd, config.shm_dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_CLOSE_WRITE) < 0) {
+      spdlog::warn("cannot watch {} ({}); relying on the periodic rescan", config.shm_dir, shm::errno_text(errno));
+      ::close(fd);
+      return;
+    }
+    inotify.emplace(io, fd);
+    wait_inotify();
+  }
+
+  void wait_inotify() {
+    inotify->async_read_some(asio::buffer(inotify_buffer), [this](const boost::system::error_code& ec, std::size_t) {
+      if (ec || stopping) return;
+      // The events are only a hint that the directory changed: coalesce a burst into one scan.
+      if (!rescan_pending) {
+        rescan_pending = true;
+        asio::post(io, [this] {
+          rescan_pending = false;
+          if (!stopping) registry.scan(shm::monotonic_ns());
+        });
+      }
+      wait_inotify();
+    });
+  }
+
+  void start_watchdog() {
+    watchdog_period = http::watchdog_interval();
+    if (!watchdog_period) return;
+    kick_watchdog();
+  }
+
+  void kick_watchdog() {
+    // Fed from the io thread: a wedged loop stops the kicks and systemd restarts the daemon.
+    http::notify_watchdog();
+    watchdog_timer.expires_after(*watchdog_period);
+    watchdog_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && !stopping) kick_watchdog();
+    });
+  }
+
+  void start_signals() {
+    stop_signals.async_wait([this](const boost::system::error_code& ec, int signo) {
+      if (ec) return;
+      spdlog::info("received signal {}, shutting down", signo);
+      shutdown();
+    });
+    wait_reload();
+  }
+
+  void wait_reload() {
+    reload_signals.async_wait([this](const boost::system::error_code& ec, int) {
+      if (ec || stopping) return;
+      http::notify_reloading();
+      std::string error;
+      if (auto reloaded = reload_config(config, error)) {
+        config = *reloaded;
+        spdlog::set_level(spdlog::level::from_str(config.log_level));
+        registry.set_instances(config.instances);
+        self.note_reload(true);
+        spdlog::info("configuration reloaded");
+      } else {
+        self.note_reload(false);
+        spdlog::error("configuration reload failed, keeping the current one: {}", error);
+      }
+      http::notify_ready("serving");
+      wait_reload();
+    });
+  }
+
+  void shutdown() {
+    if (stopping) return;
+    stopping = true;
+    http::notify_stopping();
+    poll_timer.cancel();
+    liveness_timer.cancel();
+    scan_timer.cancel();
+    watchdog_timer.cancel();
+    reload_signals.cancel();
+    stop_signals.cancel();
+    if (inotify) inotify->close();
+    if (server) server->stop();  // the scrape in flight is finished first
+    shutdown_deadline.expires_after(std::chrono::seconds(5));
+    shutdown_deadline.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) io.stop();
+    });
+  }
+
+  HttpCounters http_counters() const {
+    HttpCounters c;
+    if (server) {
+      c.requests_total = server->requests_total();
+      c.connections_rejected_total = server->connections_rejected_total();
+      c.active_connections = server->active_connections();
+      c.bad_requests_total = server->bad_requests_total();
+    }
+    return c;
+  }
+
+  std::string render_metrics() {
+    const auto started = std::chrono::steady_clock::now();
+    const std::uint64_t now_ns = shm::monotonic_ns();
+    self.add_records_drained(registry.drain_all(now_ns));  // freshest data for this scrape
+    registry.refresh_cumulative();
+    FamilySet engine;
+    collect_engine_metrics(registry.generations(), engine);
+    self.add_family_conflicts(engine.conflicts());
+    std::vector<prometheus::MetricFamily> families = engine.finish();
+    std::vector<prometheus::MetricFamily> own = self.collect(registry, http_counters(), now_ns);
+    families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
+    std::string body = prometheus::TextSerializer().Serialize(families);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    self.observe_scrape(seconds, body.size());
+    return body;
+  }
+
+  http::Response handle(const http::Request& request) {
+    const std::string path = path_of(request.target);
+    if (path == config.telemetry_path) {
+      http::Response r;
+      r.content_type = std::string(kTextContentType);
+      r.body = render_metrics();
+      r.compressible = true;
+      return r;
+    }
+    if (path == "/healthz") return text_response(200, "ok\n");
+    if (path == "/readyz") {
+      return registry.scanned_once() && !stopping ? text_response(200, "ready\n") : text_response(503, "not ready\n");
+    }
+    if (path == "/") {
+      http::Response r;
+      r.content_type = "text/html; charset=utf-8";
+      r.body = landing_page(config.telemetry_path);
+      return r;
+    }
+    if (path == "/api/v1/ranks") {
+      registry.drain_all(shm::monotonic_ns());
+      return json_response(200, ranks_json(registry, shm::monotonic_ns()));
+    }
+    constexpr std::string_view kRankPrefix = "/api/v1/ranks/";
+    if (path.starts_with(kRankPrefix)) {
+      const std::string id = path.substr(kRankPrefix.size());
+      const std::uint64_t now_ns = shm::monotonic_ns();
+      registry.drain_all(now_ns);
+      registry.refresh_cumulative();
+      if (const RankSegment* s = registry.find_current(id)) {
+        return json_response(200, boost::json::serialize(rank_detail_json(*s, now_ns)));
+      }
+      return json_response(404, R"({"error":"no such rank","id":")" + id + "\"}");
+    }
+    return text_response(404, "not found: try " + config.telemetry_path + "\n");
+  }
+
+  void write_address_file() {
+    if (config.address_file.empty()) return;
+    const std::string temporary = config.address_file + ".tmp";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << server->bound_address() << "\n";
+    }
+    if (std::rename(temporary.c_str(), config.address_file.c_str()) != 0) {
+      spdlog::warn("cannot write {}: {}", config.address_file, shm::errno_text(errno));
+    }
+  }
+};
+
+Daemon::Daemon(Config config) : state_(std::make_unique<State>(std::move(config))) {}
+Daemon::~Daemon() = default;
+
+int Daemon::run() {
+  State& s = *state_;
+  http::ServerOptions options;
+  options.listen_address = s.config.listen_address;
+  options.max_connections = s.config.max_connections;
+  s.server = std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
+  s.registry.scan(shm::monotonic_ns());
+  s.registry.drain_all(shm::monotonic_ns());
+  s.server->start();
+  s.write_address_file();
+  spdlog::info("rankstatd {} (shm layout {}.{}) listening on {}{}, reading {}", RANKSTAT_VERSION, shm::kLayoutMajor,
+               shm::kLayoutMinor, s.server->bound_address(), s.config.telemetry_path, s.config.shm_dir);
+  s.start_poll();
+  s.start_liveness();
+  s.start_scan();
+  s.start_inotify();
+  s.start_signals();
+  s.start_watchdog();
+  http::notify_ready("serving " + s.server->bound_address());
+  s.io.run();
+  spdlog::info("rankstatd stopped");
+  return 0;
+}
+
+}  // namespace rankstat

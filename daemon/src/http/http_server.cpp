@@ -1,0 +1,729 @@
+#include "http/http_server.hpp"
+
+#include "http/gzip.hpp"
+
+// See http_server.hpp for why these warnings are silenced around Boost.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#if defined(__SANITIZE_THREAD__)
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/span.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/span_body.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#pragma GCC diagnostic pop
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace rankstat::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+// ---------------------------------------------------------------------------------------------
+// Accept-Encoding negotiation (RFC 9110 section 12.5.3)
+
+namespace {
+
+constexpr bool is_optional_whitespace(char c) {
+  return c == ' ' || c == '\t';
+}
+
+std::string_view trim_optional_whitespace(std::string_view text) {
+  while (!text.empty() && is_optional_whitespace(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_optional_whitespace(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char ascii_lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return ascii_lower(x) == ascii_lower(y); });
+}
+
+// Splits off the text before the first `separator`; `rest` keeps what follows it.
+std::string_view take_until(std::string_view& rest, char separator) {
+  const std::size_t position = rest.find(separator);
+  const std::string_view head = rest.substr(0, position);
+  rest = position == std::string_view::npos ? std::string_view{} : rest.substr(position + 1);
+  return head;
+}
+
+enum class QValue { zero, positive, malformed };
+
+// qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] ); extra fraction digits are tolerated
+// because some clients send them.
+QValue parse_qvalue(std::string_view text) {
+  if (text.empty() || (text.front() != '0' && text.front() != '1')) return QValue::malformed;
+  const bool leading_one = text.front() == '1';
+  std::string_view fraction = text.substr(1);
+  if (!fraction.empty()) {
+    if (fraction.front() != '.') return QValue::malformed;
+    fraction.remove_prefix(1);
+  }
+  bool nonzero_fraction = false;
+  for (const char digit : fraction) {
+    if (digit < '0' || digit > '9') return QValue::malformed;
+    nonzero_fraction = nonzero_fraction || digit != '0';
+  }
+  if (leading_one) return nonzero_fraction ? QValue::malformed : QValue::positive;
+  return nonzero_fraction ? QValue::positive : QValue::zero;
+}
+
+}  // namespace
+
+bool accepts_gzip(std::string_view accept_encoding) {
+  std::optional<bool> gzip_acceptable;      // from explicit "gzip"/"x-gzip" entries
+  std::optional<bool> wildcard_acceptable;  // from "*" entries
+  std::string_view remaining = accept_encoding;
+  while (!remaining.empty()) {
+    std::string_view parameters = take_until(remaining, ',');
+    const std::string_view coding = trim_optional_whitespace(take_until(parameters, ';'));
+    if (coding.empty()) continue;
+
+    bool acceptable = true;  // an absent q means q=1
+    bool malformed = false;
+    while (!parameters.empty()) {
+      std::string_view value = take_until(parameters, ';');
+      const std::string_view name = trim_optional_whitespace(take_until(value, '='));
+      if (!equals_ignoring_case(name, "q")) continue;
+      const QValue q = parse_qvalue(trim_optional_whitespace(value));
+      malformed = q == QValue::malformed;
+      acceptable = q == QValue::positive;
+    }
+    if (malformed) continue;
+
+    if (equals_ignoring_case(coding, "gzip") || equals_ignoring_case(coding, "x-gzip")) {
+      gzip_acceptable = gzip_acceptable.value_or(true) && acceptable;
+    } else if (coding == "*") {
+      wildcard_acceptable = wildcard_acceptable.value_or(false) || acceptable;
+    }
+  }
+  if (gzip_acceptable.has_value()) return *gzip_acceptable;
+  return wildcard_acceptable.value_or(false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listen address parsing and binding
+
+namespace {
+
+struct ListenSpec {
+  std::string host;  // empty: all interfaces
+  std::string port_text;
+  std::uint16_t port = 0;
+};
+
+std::runtime_error invalid_listen_address(const std::string& address, std::string_view reason) {
+  return std::runtime_error("invalid listen address '" + address + "': " + std::string(reason));
+}
+
+ListenSpec parse_listen_address(const std::string& address) {
+  ListenSpec spec;
+  if (!address.empty() && address.front() == '[') {
+    const std::size_t closing = address.find(']');
+    if (closing == std::string::npos) throw invalid_listen_address(address, "missing ']'");
+    spec.host = address.substr(1, closing - 1);
+    if (spec.host.empty()) throw invalid_listen_address(address, "empty IPv6 address");
+    if (closing + 1 >= address.size() || address[closing + 1] != ':') {
+      throw invalid_listen_address(address, "expected ':port' after ']'");
+    }
+    spec.port_text = address.substr(closing + 2);
+  } else {
+    const std::size_t colon = address.rfind(':');
+    if (colon == std::string::npos) throw invalid_listen_address(address, "expected host:port or :port");
+    spec.host = address.substr(0, colon);
+    if (spec.host.find(':') != std::string::npos) {
+      throw invalid_listen_address(address, "IPv6 addresses must be bracketed, e.g. [::1]:9473");
+    }
+    spec.port_text = address.substr(colon + 1);
+  }
+
+  unsigned port_number = 0;
+  const char* const first = spec.port_text.data();
+  const char* const last = first + spec.port_text.size();
+  const auto [end, error] = std::from_chars(first, last, port_number);
+  if (spec.port_text.empty() || error != std::errc{} || end != last || port_number > 65535) {
+    throw invalid_listen_address(address, "port must be a number from 0 to 65535");
+  }
+  spec.port = static_cast<std::uint16_t>(port_number);
+  return spec;
+}
+
+void open_listener(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, bool dual_stack, error_code& ec) {
+  acceptor.open(endpoint.protocol(), ec);
+  if (ec) return;
+  // Lets a restarted daemon rebind while old connections sit in TIME_WAIT.
+  acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (ec) return;
+  if (dual_stack) {
+    error_code ignored;  // IPv4-mapped addresses are a bonus; IPv6-only kernels still work
+    acceptor.set_option(asio::ip::v6_only(false), ignored);
+  }
+  acceptor.bind(endpoint, ec);
+  if (ec) return;
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+}
+
+void bind_listener(tcp::acceptor& acceptor, asio::io_context& io, const std::string& address) {
+  const ListenSpec spec = parse_listen_address(address);
+  const auto fail = [&address](const error_code& ec) {
+    return std::runtime_error("cannot listen on '" + address + "': " + ec.message());
+  };
+  error_code ec;
+
+  if (spec.host.empty()) {
+    // "All interfaces": one dual-stack IPv6 socket, falling back to IPv4 where IPv6 is disabled.
+    open_listener(acceptor, tcp::endpoint(tcp::v6(), spec.port), true, ec);
+    if (ec == boost::system::errc::address_family_not_supported ||
+        ec == boost::system::errc::address_not_available) {
+      error_code ignored;
+      acceptor.close(ignored);
+      ec.clear();
+      open_listener(acceptor, tcp::endpoint(tcp::v4(), spec.port), false, ec);
+    }
+    if (ec) throw fail(ec);
+    return;
+  }
+
+  tcp::endpoint endpoint;
+  const asio::ip::address literal = asio::ip::make_address(spec.host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(literal, spec.port);
+  } else {
+    // Blocking name resolution is acceptable here: the constructor runs once, at startup.
+    tcp::resolver resolver(io);
+    const auto results = resolver.resolve(spec.host, spec.port_text,
+                                          tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec || results.empty()) {
+      throw std::runtime_error("cannot listen on '" + address + "': cannot resolve host '" + spec.host +
+                               "': " + (ec ? ec.message() : std::string("no addresses")));
+    }
+    endpoint = results.begin()->endpoint();
+  }
+  open_listener(acceptor, endpoint, false, ec);
+  if (ec) throw fail(ec);
+}
+
+std::string format_endpoint(const tcp::endpoint& endpoint) {
+  const std::string host = endpoint.address().to_string();
+  const std::string port = std::to_string(endpoint.port());
+  return endpoint.address().is_v6() ? "[" + host + "]:" + port : host + ":" + port;
+}
+
+// Handlers may echo attacker-controlled targets; keep log lines bounded.
+std::string_view loggable(std::string_view text) {
+  constexpr std::size_t kMaxLoggedChars = 200;
+  return text.substr(0, kMaxLoggedChars);
+}
+
+// Sent with a non-blocking write to connections beyond max_connections: a fresh socket's send
+// buffer is empty, so this never blocks and needs no per-connection state.
+const std::string& overload_response() {
+  static const std::string response = [] {
+    const std::string body = "too many open connections\n";
+    return "HTTP/1.1 503 Service Unavailable\r\nServer: rankstatd\r\n"
+           "Content-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\nConnection: close\r\n"
+           "Content-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
+  return response;
+}
+
+// A list-valued field may arrive split over several header lines; RFC 9110 defines them as one
+// comma-separated list.
+template <typename Message>
+std::string joined_values(const Message& message, bhttp::field field) {
+  std::string joined;
+  const auto [first, last] = message.equal_range(field);
+  for (auto it = first; it != last; ++it) {
+    if (!joined.empty()) joined += ", ";
+    joined.append(it->value());
+  }
+  return joined;
+}
+
+constexpr std::string_view kServerName = "rankstatd";
+constexpr std::string_view kPlainTextType = "text/plain; charset=utf-8";
+// Read-buffer headroom beyond header+body limits for chunk framing and the next pipelined request.
+constexpr std::size_t kReadBufferSlackBytes = 4096;
+constexpr std::size_t kMaxReadChunkBytes = 16384;
+// After an error response the peer gets this long (at most) to stop sending before we close, so
+// that unread input does not turn our close into a RST that destroys the response in flight.
+constexpr std::chrono::milliseconds kMaxLingerTime{1000};
+constexpr std::size_t kMaxLingerBytes = 65536;
+constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
+
+class Session;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// detail::ServerCore: listener plus the state shared with every connection. Lives as long as the Server
+// or any connection; touched only on the io thread except for the atomic counters.
+
+namespace detail {
+
+class ServerCore : public std::enable_shared_from_this<ServerCore> {
+ public:
+  ServerCore(asio::io_context& io, ServerOptions options, Handler handler)
+      : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io), accept_retry_timer_(io) {
+    if (!handler_) throw std::invalid_argument("HTTP server needs a request handler");
+    bind_listener(acceptor_, io, options_.listen_address);
+    bound_endpoint_ = acceptor_.local_endpoint();
+  }
+
+  void start() {
+    if (started_ || stopping_) return;
+    started_ = true;
+    spdlog::debug("HTTP server accepting on {}", format_endpoint(bound_endpoint_));
+    accept_next();
+  }
+
+  void stop();
+  // Server destroyed: close everything and never call the handler again.
+  void tear_down();
+
+  const ServerOptions& options() const { return options_; }
+  const Handler& handler() const { return handler_; }
+  bool stopping() const { return stopping_; }
+  bool torn_down() const { return torn_down_; }
+  const tcp::endpoint& bound_endpoint() const { return bound_endpoint_; }
+
+  void add_session(Session* session) {
+    sessions_.insert(session);
+    active_connections_.store(sessions_.size(), std::memory_order_relaxed);
+  }
+  void remove_session(Session* session) {
+    sessions_.erase(session);
+    active_connections_.store(sessions_.size(), std::memory_order_relaxed);
+  }
+
+  void count_request() { requests_total_.fetch_add(1, std::memory_order_relaxed); }
+  void count_bad_request() { bad_requests_total_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Relaxed: the counters are independent monotonic statistics, not synchronisation.
+  std::atomic<std::uint64_t> requests_total_{0};
+  std::atomic<std::uint64_t> connections_rejected_total_{0};
+  std::atomic<std::uint64_t> active_connections_{0};
+  std::atomic<std::uint64_t> bad_requests_total_{0};
+
+ private:
+  void accept_next();
+  void on_accept(const error_code& ec, tcp::socket socket);
+  void reject(tcp::socket& socket);
+  std::vector<Session*> session_snapshot() const { return {sessions_.begin(), sessions_.end()}; }
+
+  ServerOptions options_;
+  Handler handler_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer accept_retry_timer_;
+  tcp::endpoint bound_endpoint_;
+  bool started_ = false;
+  bool stopping_ = false;
+  bool torn_down_ = false;
+  // Non-owning: each session registers itself for its lifetime so that stop() can reach it.
+  std::unordered_set<Session*> sessions_;
+};
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// Session: one TCP connection. Owned by its pending asynchronous operation (shared_from_this);
+// all members are touched only on the io thread.
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket)
+      : server_(std::move(server)),
+        stream_(std::move(socket)),
+        buffer_(read_buffer_limit(server_->options())),
+        read_chunk_bytes_(std::min(kMaxReadChunkBytes, buffer_.max_size())) {
+    server_->add_session(this);
+  }
+  ~Session() { server_->remove_session(this); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start() {
+    // The first request's deadline runs from accept, so a silent connection is cut off too.
+    stream_.expires_after(server_->options().read_timeout);
+    await_request();
+  }
+
+  void on_server_stop() {
+    // Only connections waiting for a new request are closed; the others finish their exchange and
+    // then close because the response carries "Connection: close".
+    if (phase_ == Phase::awaiting_request) stream_.close();
+  }
+
+  void force_close() { stream_.close(); }
+
+ private:
+  enum class Phase { awaiting_request, receiving_request, handling, writing, lingering };
+
+  static std::size_t read_buffer_limit(const ServerOptions& options) {
+    const std::uint64_t limit =
+        std::uint64_t{options.max_header_bytes} + options.max_body_bytes + kReadBufferSlackBytes;
+    return static_cast<std::size_t>(std::min<std::uint64_t>(limit, SIZE_MAX));
+  }
+
+  // Waits for the first byte of the next request under the idle timeout, so that the (shorter)
+  // whole-request deadline only starts once the client actually sends something.
+  void await_request() {
+    if (buffer_.size() > 0) {  // a pipelined request is already buffered
+      stream_.expires_after(server_->options().read_timeout);
+      read_request();
+      return;
+    }
+    phase_ = Phase::awaiting_request;
+    if (!first_request_) stream_.expires_after(server_->options().idle_keepalive_timeout);
+    stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
+                            [self = shared_from_this()](const error_code& ec, std::size_t bytes_read) {
+                              self->on_request_started(ec, bytes_read);
+                            });
+  }
+
+  void on_request_started(const error_code& ec, std::size_t bytes_read) {
+    if (ec || server_->stopping()) {  // peer closed, idle timeout, or server stopping
+      stream_.close();
+      return;
+    }
+    buffer_.commit(bytes_read);
+    if (!first_request_) stream_.expires_after(server_->options().read_timeout);
+    read_request();
+  }
+
+  void read_request() {
+    phase_ = Phase::receiving_request;
+    first_request_ = false;
+    parser_.emplace();
+    parser_->header_limit(server_->options().max_header_bytes);
+    parser_->body_limit(server_->options().max_body_bytes);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = shared_from_this()](const error_code& ec, std::size_t /*bytes_read*/) {
+                        self->on_request(ec);
+                      });
+  }
+
+  void on_request(const error_code& ec) {
+    if (ec) {
+      on_read_failure(ec);
+      return;
+    }
+    if (server_->torn_down()) {
+      stream_.close();
+      return;
+    }
+    server_->count_request();
+    const auto& message = parser_->get();
+    const bool keep_alive = message.keep_alive() && !server_->stopping();
+    const unsigned version = message.version() == 10 ? 10U : 11U;
+    const bhttp::verb method = message.method();
+
+    if (method != bhttp::verb::get && method != bhttp::verb::head) {
+      prepare_plain(bhttp::status::method_not_allowed, "method not allowed\n", version, keep_alive);
+      response_.set(bhttp::field::allow, "GET, HEAD");
+      send();
+      return;
+    }
+
+    Request request;
+    request.method = std::string(message.method_string());
+    request.target = std::string(message.target());
+    request.accept = joined_values(message, bhttp::field::accept);
+    request.accept_encoding = joined_values(message, bhttp::field::accept_encoding);
+    parser_.reset();  // the request is copied out; free its memory before the handler runs
+
+    phase_ = Phase::handling;
+    Response response = call_handler(request);
+    try {
+      // The handler may have called stop(); the connection must then close after this response.
+      prepare_response(std::move(response), request, version, keep_alive && !server_->stopping(),
+                       method == bhttp::verb::head);
+    } catch (const std::exception& error) {
+      // E.g. an extra header Beast cannot hold; an exception must never escape into io_context::run().
+      spdlog::error("HTTP response for {} {} is unusable: {}", request.method, loggable(request.target),
+                    error.what());
+      prepare_plain(bhttp::status::internal_server_error, "internal server error\n", version, keep_alive);
+    }
+    send();
+  }
+
+  void on_read_failure(const error_code& ec) {
+    if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
+      reject_request(bhttp::status::request_header_fields_too_large, "request header too large\n");
+    } else if (ec == bhttp::error::body_limit) {
+      reject_request(bhttp::status::payload_too_large, "request body too large\n");
+    } else if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
+               ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
+      // Peer went away, read deadline passed (beast::error::timeout) or the server is shutting down.
+      spdlog::debug("HTTP connection closed while reading a request: {}", ec.message());
+      stream_.close();
+    } else {
+      reject_request(bhttp::status::bad_request, "bad request\n");
+    }
+  }
+
+  void reject_request(bhttp::status status, std::string_view body) {
+    server_->count_bad_request();
+    spdlog::debug("HTTP request rejected with {}", static_cast<unsigned>(status));
+    prepare_plain(status, body, 11, false);
+    send();
+  }
+
+  Response call_handler(const Request& request) {
+    try {
+      Response response = server_->handler()(request);
+      if (response.status < 100 || response.status > 999) {
+        throw std::out_of_range("invalid HTTP status " + std::to_string(response.status));
+      }
+      return response;
+    } catch (const std::exception& error) {
+      spdlog::error("HTTP handler failed for {} {}: {}", request.method, loggable(request.target),
+                    error.what());
+    } catch (...) {
+      spdlog::error("HTTP handler failed for {} {}: unknown exception", request.method,
+                    loggable(request.target));
+    }
+    Response failure;
+    failure.status = 500;
+    failure.content_type = std::string(kPlainTextType);
+    failure.body = "internal server error\n";
+    return failure;
+  }
+
+  void prepare_response(Response response, const Request& request, unsigned version, bool keep_alive,
+                        bool head_only) {
+    const bool negotiable = response.compressible || response.precompressed_gzip != nullptr;
+    const bool client_accepts_gzip = negotiable && accepts_gzip(request.accept_encoding);
+    bool gzip_encoded = false;
+    if (client_accepts_gzip && response.precompressed_gzip != nullptr) {
+      shared_body_ = std::move(response.precompressed_gzip);
+      gzip_encoded = true;
+    } else if (client_accepts_gzip && response.compressible &&
+               response.body.size() >= kMinCompressibleBodyBytes) {
+      try {
+        owned_body_ = gzip_compress(response.body, server_->options().gzip_level);
+        gzip_encoded = true;
+      } catch (const std::exception& error) {
+        spdlog::warn("gzip failed, sending {} uncompressed: {}", loggable(request.target), error.what());
+      }
+    }
+    if (!gzip_encoded) owned_body_ = std::move(response.body);
+    const std::string& body = shared_body_ != nullptr ? *shared_body_ : owned_body_;
+
+    response_ = {};
+    response_.result(response.status);
+    response_.version(version);
+    response_.set(bhttp::field::server, kServerName);
+    if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
+    if (gzip_encoded) response_.set(bhttp::field::content_encoding, "gzip");
+    if (negotiable) response_.set(bhttp::field::vary, "Accept-Encoding");
+    for (const auto& [name, value] : response.extra_headers) response_.insert(name, value);
+    response_.keep_alive(keep_alive);
+    // Set explicitly (never prepare_payload) so that HEAD reports the length a GET would get.
+    response_.content_length(body.size());
+    if (!head_only) response_.body() = beast::span<const char>(body.data(), body.size());
+  }
+
+  void prepare_plain(bhttp::status status, std::string_view body, unsigned version, bool keep_alive) {
+    shared_body_.reset();
+    owned_body_.assign(body);
+    response_ = {};
+    response_.result(status);
+    response_.version(version);
+    response_.set(bhttp::field::server, kServerName);
+    response_.set(bhttp::field::content_type, kPlainTextType);
+    response_.keep_alive(keep_alive);
+    response_.content_length(owned_body_.size());
+    response_.body() = beast::span<const char>(owned_body_.data(), owned_body_.size());
+  }
+
+  void send() {
+    phase_ = Phase::writing;
+    stream_.expires_after(server_->options().write_timeout);
+    bhttp::async_write(stream_, response_,
+                       [self = shared_from_this()](const error_code& ec, std::size_t /*bytes_written*/) {
+                         self->on_written(ec);
+                       });
+  }
+
+  void on_written(const error_code& ec) {
+    // Beast reports end_of_stream after a complete response that announced "Connection: close".
+    const bool must_close = !response_.keep_alive() || ec == bhttp::error::end_of_stream;
+    response_ = {};
+    shared_body_.reset();
+    owned_body_ = std::string();
+    if (ec && ec != bhttp::error::end_of_stream) {
+      spdlog::debug("HTTP response write failed: {}", ec.message());
+      stream_.close();
+      return;
+    }
+    if (must_close || server_->stopping()) {
+      linger_then_close();
+      return;
+    }
+    await_request();
+  }
+
+  // Half-closes, then discards input until the peer closes or a short deadline passes.
+  void linger_then_close() {
+    phase_ = Phase::lingering;
+    error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(
+        std::min<std::chrono::milliseconds>(kMaxLingerTime, server_->options().read_timeout));
+    buffer_.clear();
+    lingered_bytes_ = 0;
+    discard_input();
+  }
+
+  void discard_input() {
+    stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
+                            [self = shared_from_this()](const error_code& ec, std::size_t bytes_read) {
+                              self->lingered_bytes_ += bytes_read;
+                              if (ec || self->lingered_bytes_ > kMaxLingerBytes) {
+                                self->stream_.close();
+                                return;
+                              }
+                              self->discard_input();
+                            });
+  }
+
+  std::shared_ptr<detail::ServerCore> server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;  // bounded: a client can never make us buffer more than the limits
+  std::size_t read_chunk_bytes_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;  // a parser serves one request
+  // Points into owned_body_ or *shared_body_, which stay untouched until the write completes.
+  bhttp::response<bhttp::span_body<const char>> response_;
+  std::string owned_body_;
+  std::shared_ptr<const std::string> shared_body_;
+  Phase phase_ = Phase::awaiting_request;
+  bool first_request_ = true;
+  std::size_t lingered_bytes_ = 0;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// detail::ServerCore members that need Session
+
+void detail::ServerCore::accept_next() {
+  acceptor_.async_accept([self = shared_from_this()](const error_code& ec, tcp::socket socket) {
+    self->on_accept(ec, std::move(socket));
+  });
+}
+
+void detail::ServerCore::on_accept(const error_code& ec, tcp::socket socket) {
+  if (ec == asio::error::operation_aborted || stopping_) return;
+  if (ec) {
+    // Typically EMFILE/ENFILE: back off instead of spinning on a listener that stays readable.
+    spdlog::warn("HTTP accept failed on {}: {}; retrying", format_endpoint(bound_endpoint_), ec.message());
+    accept_retry_timer_.expires_after(kAcceptRetryDelay);
+    accept_retry_timer_.async_wait([self = shared_from_this()](const error_code& wait_error) {
+      if (!wait_error && !self->stopping_) self->accept_next();
+    });
+    return;
+  }
+  if (sessions_.size() >= options_.max_connections) {
+    reject(socket);
+  } else {
+    error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // responses go out in one write; no need to batch
+    std::make_shared<Session>(shared_from_this(), std::move(socket))->start();
+  }
+  accept_next();
+}
+
+void detail::ServerCore::reject(tcp::socket& socket) {
+  connections_rejected_total_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::debug("HTTP connection rejected: {} connections already open", sessions_.size());
+  error_code ignored;
+  socket.non_blocking(true, ignored);
+  socket.write_some(asio::buffer(overload_response()), ignored);
+  socket.close(ignored);
+}
+
+void detail::ServerCore::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  error_code ignored;
+  acceptor_.close(ignored);
+  accept_retry_timer_.cancel();
+  for (Session* session : session_snapshot()) session->on_server_stop();
+}
+
+void detail::ServerCore::tear_down() {
+  stop();
+  torn_down_ = true;
+  for (Session* session : session_snapshot()) session->force_close();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+Server::Server(boost::asio::io_context& io, ServerOptions options, Handler handler)
+    : core_(std::make_shared<detail::ServerCore>(io, std::move(options), std::move(handler))) {}
+
+Server::~Server() {
+  core_->tear_down();
+}
+
+void Server::start() {
+  core_->start();
+}
+void Server::stop() {
+  core_->stop();
+}
+
+std::uint16_t Server::port() const {
+  return core_->bound_endpoint().port();
+}
+std::string Server::bound_address() const {
+  return format_endpoint(core_->bound_endpoint());
+}
+
+std::uint64_t Server::requests_total() const {
+  return core_->requests_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::connections_rejected_total() const {
+  return core_->connections_rejected_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::active_connections() const {
+  return core_->active_connections_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::bad_requests_total() const {
+  return core_->bad_requests_total_.load(std::memory_order_relaxed);
+}
+
+}  // namespace rankstat::http

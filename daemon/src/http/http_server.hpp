@@ -1,0 +1,121 @@
+#pragma once
+
+// Minimal asynchronous HTTP/1.1 server for rankstatd's scrape and API endpoints.
+// It knows nothing of what it serves: every GET/HEAD is answered by the caller's Handler.
+//
+// Threading contract: the server runs on a caller-owned io_context that exactly one thread runs.
+// The constructor may run on any thread before that thread starts; start(), stop(), the destructor
+// and the Handler all run on the io thread (or while the io_context is not running). The counter
+// accessors are the exception: they may be called from any thread.
+
+// GCC 12 at -O2/-O3 reports false -Wnull-dereference positives inside Asio's scheduler after inlining
+// (and -Wtsan under -fsanitize=thread, since TSan cannot model the fences Asio uses on top of its
+// mutexes). Boost is a system include, but these middle-end warnings escape that filter.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#if defined(__SANITIZE_THREAD__)
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+#include <boost/asio/io_context.hpp>
+#pragma GCC diagnostic pop
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rankstat::http {
+
+namespace detail {
+class ServerCore;
+}  // namespace detail
+
+struct Request {
+  std::string method;  // "GET" or "HEAD": other methods never reach the handler
+  std::string target;  // path and query exactly as sent, e.g. "/metrics?x=1"
+  std::string accept;
+  std::string accept_encoding;
+};
+
+struct Response {
+  unsigned status = 200;
+  std::string content_type;  // e.g. "text/plain; version=0.0.4; charset=utf-8"; omitted when empty
+  std::string body;          // uncompressed body
+  // Let the server gzip the body when the client accepts gzip (q>0) and it is at least
+  // kMinCompressibleBodyBytes long.
+  bool compressible = false;
+  // Optional gzip of `body` (e.g. cached between scrapes); sent as-is whenever the client accepts
+  // gzip, whatever the body size. Shared so that the cache is not copied per request.
+  std::shared_ptr<const std::string> precompressed_gzip;
+  // Added verbatim; names and values must not contain CR or LF.
+  std::vector<std::pair<std::string, std::string>> extra_headers;
+};
+
+// Called on the io thread; must not block for long since it stalls every connection. An exception
+// becomes a 500 response and is logged.
+using Handler = std::function<Response(const Request&)>;
+
+// Smaller bodies are not worth the gzip header and CPU.
+inline constexpr std::size_t kMinCompressibleBodyBytes = 1024;
+
+struct ServerOptions {
+  std::string listen_address =
+      ":9473";  // "host:port", ":port" (all interfaces), "[::1]:port"; port 0 = ephemeral
+  std::size_t max_connections = 64;  // beyond this, new connections get a 503 and are closed at once
+  std::chrono::milliseconds read_timeout{10000};  // whole-request deadline (slowloris defence)
+  std::chrono::milliseconds write_timeout{30000};
+  std::chrono::milliseconds idle_keepalive_timeout{60000};  // between requests on a kept-alive connection
+  std::uint32_t max_header_bytes = 8192;                    // larger header -> 431 and close
+  std::uint64_t max_body_bytes = 4096;                      // GET-only server; larger body -> 413 and close
+  int gzip_level = 1;                                       // zlib level for on-the-fly compression
+};
+
+// True when an Accept-Encoding value allows a gzip response: "gzip" (or its alias "x-gzip") or,
+// failing an explicit entry, "*" is listed with a q-value above zero. Codings and parameter names
+// are case-insensitive and optional whitespace is ignored. An explicit "gzip;q=0" anywhere refuses
+// gzip even when "*" allows it; elements with a malformed q-value are ignored; an empty header
+// means identity only.
+bool accepts_gzip(std::string_view accept_encoding);
+
+class Server {
+ public:
+  // Binds and listens at once so that configuration errors surface at startup; throws
+  // std::runtime_error naming the address and the OS error (e.g. address in use, bad address).
+  // Host names are resolved here, synchronously. `io` must outlive the Server; `handler` must not
+  // be empty (std::invalid_argument).
+  Server(boost::asio::io_context& io, ServerOptions options, Handler handler);
+  // Closes the listener and every connection; pending operations complete as aborted.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+  Server(Server&&) = delete;
+  Server& operator=(Server&&) = delete;
+
+  // Begins accepting. Calling it twice, or after stop(), has no effect.
+  void start();
+  // Stops accepting (new connections are refused by the OS). Responses being written are finished,
+  // requests being received are answered, then those connections close; idle keep-alive
+  // connections close at once. Final: the server cannot be restarted. May be called from inside
+  // the handler.
+  void stop();
+
+  std::uint16_t port() const;         // the bound port, useful with port 0
+  std::string bound_address() const;  // e.g. "127.0.0.1:41234" or "[::1]:41234"
+
+  // Self-metrics; any thread may read them.
+  std::uint64_t requests_total() const;              // requests answered, including 405 and 500
+  std::uint64_t connections_rejected_total() const;  // refused because of max_connections
+  std::uint64_t active_connections() const;
+  std::uint64_t bad_requests_total() const;  // malformed (400) or oversized (413, 431) requests
+
+ private:
+  // Shared with every connection so that completions arriving after ~Server() never dangle.
+  std::shared_ptr<detail::ServerCore> core_;
+};
+
+}  // namespace rankstat::http

@@ -1,0 +1,126 @@
+#include "rank_segment.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include <unistd.h>
+
+namespace rankstat {
+
+std::string_view rank_state_name(RankState state) {
+  switch (state) {
+    case RankState::kLive:
+      return "LIVE";
+    case RankState::kStalled:
+      return "STALLED";
+    case RankState::kDead:
+      return "DEAD";
+    case RankState::kClosed:
+      return "CLOSED";
+  }
+  return "UNKNOWN";
+}
+
+RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns)
+    : name_(std::move(name)), path_(std::move(path)), opened_(std::move(opened)), opened_ns_(now_ns) {
+  id_ = name_.substr(shm::kSegmentPrefix.size());
+  const shm::SegmentHeader& h = opened_.identity;
+  // The RingReader holds a record-sized scratch buffer; keep it in place inside this object, which the
+  // daemon never moves (it is held by unique_ptr).
+  ring_ = shm::RingReader(opened_.file.header(), opened_.ring(), h.ring_bytes, /*publish_head=*/true);
+  cumulative_ = shm::CumulativeReader(opened_.cumulative(), opened_.cumulative_geometry);
+  shm::shared(opened_.file.header()->consumer_pid).store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
+  scheduler_.priorities.reserve(shm::kMaxPriorityCounts);
+  state_since_ns_ = now_ns;
+  rate_window_start_ns_ = now_ns;
+  rate_window_start_records_ = producer().records_written;
+}
+
+void RankSegment::set_state(RankState state, std::uint64_t now_ns) {
+  if (state != state_) {
+    state_ = state;
+    state_since_ns_ = now_ns;
+  }
+}
+
+bool RankSegment::drain(std::uint64_t now_ns) {
+  if (ring_corrupt_) return false;
+  // Bound one pass so a flooded ring cannot starve the other segments or a scrape.
+  constexpr std::uint64_t kMaxBytesPerPass = 256 * 1024;
+  const shm::DrainStats stats = ring_.drain(
+      [this](const shm::RecordHeader& header, std::span<const std::uint8_t> payload) { apply_record(header, payload); },
+      kMaxBytesPerPass);
+  records_drained_ += stats.records;
+  sequence_gaps_ += stats.sequence_gaps;
+  shm::shared(opened_.file.header()->consumer_heartbeat_ns).store(now_ns, std::memory_order_relaxed);
+  if (stats.status != shm::DrainStatus::kOk) {
+    ring_corrupt_ = true;
+    return false;
+  }
+  return true;
+}
+
+void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload) {
+  if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)) return;  // unknown: skip
+  if (header.type_version < 1 || payload.size() < sizeof(shm::SchedulerSnapshot)) {
+    ++malformed_records_;
+    return;
+  }
+  // A newer minor may append fields after the ones this build knows: read the known prefix only.
+  std::memcpy(&scheduler_.fixed, payload.data(), sizeof(shm::SchedulerSnapshot));
+  const std::size_t room = (payload.size() - sizeof(shm::SchedulerSnapshot)) / sizeof(shm::PriorityCount);
+  const std::size_t count =
+      std::min<std::size_t>({scheduler_.fixed.priority_count, room, std::size_t{shm::kMaxPriorityCounts}});
+  scheduler_.priorities.resize(count);
+  if (count != 0) {
+    std::memcpy(scheduler_.priorities.data(), payload.data() + sizeof(shm::SchedulerSnapshot),
+                count * sizeof(shm::PriorityCount));
+  }
+  for (const shm::PriorityCount& entry : scheduler_.priorities) {
+    if (entry.queue >= shm::kQueueIdCount) continue;
+    const bool none = (entry.flags & shm::kPriorityIsNone) != 0;
+    seen_priorities_.insert(SeenPriority{entry.queue, none ? 0 : entry.priority, none});
+  }
+  scheduler_.present = true;
+  scheduler_.timestamp_ns = header.timestamp_ns;
+  scheduler_.sequence = header.sequence;
+}
+
+void RankSegment::refresh_cumulative() {
+  const std::uint32_t published = cumulative_.published_series();
+  for (std::uint32_t i = descriptors_seen_; i < published; ++i) {
+    auto info = cumulative_.read_descriptor(i);
+    if (!info) {
+      ++invalid_series_;
+      continue;
+    }
+    series_.push_back(SeriesState{std::move(*info), {}});
+  }
+  descriptors_seen_ = std::max(descriptors_seen_, published);
+  shm::SeriesValue scratch;
+  for (SeriesState& s : series_) {
+    cumulative_.read_value(s.info, scratch);
+    // A sequence that never settles means the writer died mid-update: keep the last good value.
+    if (scratch.consistent) std::swap(s.value, scratch);
+  }
+}
+
+double RankSegment::ring_fill_ratio() const {
+  const shm::ProducerState p = producer();
+  const std::uint64_t ring_bytes = opened_.identity.ring_bytes;
+  if (p.tail < ring_.head() || ring_bytes == 0) return 0;
+  return std::min(1.0, static_cast<double>(p.tail - ring_.head()) / static_cast<double>(ring_bytes));
+}
+
+void RankSegment::update_rate(std::uint64_t now_ns) {
+  constexpr std::uint64_t kWindowNs = 2'000'000'000;
+  if (now_ns - rate_window_start_ns_ < kWindowNs) return;
+  const std::uint64_t written = producer().records_written;
+  const std::uint64_t delta = written >= rate_window_start_records_ ? written - rate_window_start_records_ : 0;
+  records_per_second_ = static_cast<double>(delta) * 1e9 / static_cast<double>(now_ns - rate_window_start_ns_);
+  rate_window_start_ns_ = now_ns;
+  rate_window_start_records_ = written;
+}
+
+}  // namespace rankstat

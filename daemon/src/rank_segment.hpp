@@ -1,0 +1,109 @@
+// The daemon's view of one segment generation: its mapping, ring consumer, latest scheduler snapshot,
+// cumulative series and liveness. Owned and used only by the daemon's io thread (not thread-safe).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/reader.hpp"
+#include "rankstat/shmproto/ring.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
+
+namespace rankstat {
+
+enum class RankState : std::uint8_t { kLive = 0, kStalled = 1, kDead = 2, kClosed = 3 };
+inline constexpr int kRankStateCount = 4;
+std::string_view rank_state_name(RankState state);
+inline bool is_live(RankState state) { return state == RankState::kLive || state == RankState::kStalled; }
+
+struct SchedulerView {
+  bool present = false;
+  shm::SchedulerSnapshot fixed{};
+  std::vector<shm::PriorityCount> priorities;
+  std::uint64_t timestamp_ns = 0;
+  std::uint64_t sequence = 0;
+};
+
+// One series of the cumulative block, validated, with its value as of the last refresh.
+struct SeriesState {
+  shm::SeriesInfo info;
+  shm::SeriesValue value;
+};
+
+// A priority value that has appeared in a queue breakdown; SGLang keeps exporting it (as 0 when
+// absent) once seen.
+struct SeenPriority {
+  std::uint8_t queue;
+  std::int32_t priority;
+  bool is_none;
+  auto operator<=>(const SeenPriority&) const = default;
+};
+
+class RankSegment {
+ public:
+  RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns);
+
+  const std::string& name() const { return name_; }  // file name, rankstat.<instance>.<role>.<rank-key>
+  const std::string& id() const { return id_; }      // <instance>.<role>.<rank-key>
+  const std::string& path() const { return path_; }
+  const shm::SegmentHeader& identity() const { return opened_.identity; }
+  std::uint64_t inode() const { return opened_.inode; }
+  std::uint64_t device() const { return opened_.device; }
+  std::uint64_t opened_ns() const { return opened_ns_; }
+
+  // Drains committed records. Returns false if the ring is corrupt (the segment is then quarantined:
+  // its last good values stay, nothing more is read from the ring).
+  bool drain(std::uint64_t now_ns);
+  // Picks up newly registered series and reads every series' current value.
+  void refresh_cumulative();
+
+  shm::ProducerState producer() const { return shm::read_producer_state(*opened_.file.header()); }
+  const SchedulerView& scheduler() const { return scheduler_; }
+  const std::vector<SeriesState>& series() const { return series_; }
+  const std::set<SeenPriority>& seen_priorities() const { return seen_priorities_; }
+
+  RankState state() const { return state_; }
+  std::uint64_t state_since_ns() const { return state_since_ns_; }
+  void set_state(RankState state, std::uint64_t now_ns);
+
+  bool ring_corrupt() const { return ring_corrupt_; }
+  std::uint64_t records_drained() const { return records_drained_; }
+  std::uint64_t sequence_gaps() const { return sequence_gaps_; }
+  std::uint64_t malformed_records() const { return malformed_records_; }
+  std::uint64_t invalid_series() const { return invalid_series_; }
+  double ring_fill_ratio() const;
+  // Records accepted by the writer per second, over the last few seconds.
+  double records_per_second() const { return records_per_second_; }
+  void update_rate(std::uint64_t now_ns);
+
+ private:
+  void apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload);
+
+  std::string name_;
+  std::string id_;
+  std::string path_;
+  shm::OpenedSegment opened_;
+  shm::RingReader ring_;
+  shm::CumulativeReader cumulative_;
+  std::uint64_t opened_ns_ = 0;
+  SchedulerView scheduler_;
+  std::vector<SeriesState> series_;
+  std::uint32_t descriptors_seen_ = 0;
+  std::set<SeenPriority> seen_priorities_;
+  RankState state_ = RankState::kLive;
+  std::uint64_t state_since_ns_ = 0;
+  bool ring_corrupt_ = false;
+  std::uint64_t records_drained_ = 0;
+  std::uint64_t sequence_gaps_ = 0;
+  std::uint64_t malformed_records_ = 0;
+  std::uint64_t invalid_series_ = 0;
+  std::uint64_t rate_window_start_ns_ = 0;
+  std::uint64_t rate_window_start_records_ = 0;
+  double records_per_second_ = 0;
+};
+
+}  // namespace rankstat

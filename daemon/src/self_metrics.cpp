@@ -1,0 +1,184 @@
+#include "self_metrics.hpp"
+
+#include <string>
+
+#include "aggregation.hpp"
+#include "rankstat/shmproto/naming.hpp"
+#include "rankstat/shmproto/schema.hpp"
+
+namespace rankstat {
+
+SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  BuildGauge()
+      .Name("rankstat_build_info")
+      .Help("rankstatd build: version and the shared-memory layout it reads.")
+      .Register(*registry_)
+      .Add({{"version", RANKSTAT_VERSION},
+            {"layout", std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor)}})
+      .Set(1);
+  scrapes_ = &BuildCounter().Name("rankstat_scrapes_total").Help("Metrics scrapes served.").Register(*registry_).Add({});
+  scrape_seconds_ = &BuildHistogram()
+                         .Name("rankstat_scrape_duration_seconds")
+                         .Help("Time to build and serialize one metrics response.")
+                         .Register(*registry_)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                          0.05, 0.1, 0.25, 0.5, 1});
+  last_body_bytes_ = &BuildGauge()
+                          .Name("rankstat_scrape_response_bytes")
+                          .Help("Uncompressed size of the last metrics response.")
+                          .Register(*registry_)
+                          .Add({});
+  records_drained_ = &BuildCounter()
+                          .Name("rankstat_records_drained_total")
+                          .Help("Records drained from all rank rings.")
+                          .Register(*registry_)
+                          .Add({});
+  conflicts_ = &BuildCounter()
+                    .Name("rankstat_family_conflicts_total")
+                    .Help("Samples skipped because ranks disagreed on a family's type, mode or buckets.")
+                    .Register(*registry_)
+                    .Add({});
+  auto& reloads = BuildCounter()
+                      .Name("rankstat_config_reloads_total")
+                      .Help("Configuration reloads on SIGHUP, by result.")
+                      .Register(*registry_);
+  reloads_ok_ = &reloads.Add({{"result", "success"}});
+  reloads_failed_ = &reloads.Add({{"result", "failure"}});
+  rejected_family_ = &BuildCounter()
+                          .Name("rankstat_segments_rejected_total")
+                          .Help("Segments refused at open, by reason.")
+                          .Register(*registry_);
+  for (int i = 1; i < shm::kRejectReasonCount; ++i) {
+    const auto reason = static_cast<shm::RejectReason>(i);
+    if (reason == shm::RejectReason::kNotReady) continue;
+    rejected_[static_cast<std::size_t>(i)] = &rejected_family_->Add({{"reason", std::string(shm::reject_reason_name(reason))}});
+  }
+  replaced_ = &BuildCounter()
+                   .Name("rankstat_generations_replaced_total")
+                   .Help("Segments replaced by a new generation of the same rank (rank restarts).")
+                   .Register(*registry_)
+                   .Add({});
+  corrupt_ = &BuildCounter()
+                  .Name("rankstat_rings_quarantined_total")
+                  .Help("Rings found inconsistent and no longer read.")
+                  .Register(*registry_)
+                  .Add({});
+}
+
+void SelfMetrics::observe_scrape(double seconds, std::size_t body_bytes) {
+  scrapes_->Increment();
+  scrape_seconds_->Observe(seconds);
+  last_body_bytes_->Set(static_cast<double>(body_bytes));
+}
+
+namespace {
+
+prometheus::MetricFamily make_family(std::string name, std::string help, prometheus::MetricType type) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void add_sample(prometheus::MetricFamily& f, Labels labels, double value) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == prometheus::MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry& registry, const HttpCounters& http,
+                                                           std::uint64_t now_ns) {
+  const RegistryCounters& c = registry.counters();
+  for (std::size_t i = 0; i < rejected_.size(); ++i) {
+    if (rejected_[i] != nullptr && c.rejected_by_reason[i] > rejected_seen_[i]) {
+      rejected_[i]->Increment(static_cast<double>(c.rejected_by_reason[i] - rejected_seen_[i]));
+      rejected_seen_[i] = c.rejected_by_reason[i];
+    }
+  }
+  if (c.generations_replaced > replaced_seen_) {
+    replaced_->Increment(static_cast<double>(c.generations_replaced - replaced_seen_));
+    replaced_seen_ = c.generations_replaced;
+  }
+  if (c.corrupt_rings > corrupt_seen_) {
+    corrupt_->Increment(static_cast<double>(c.corrupt_rings - corrupt_seen_));
+    corrupt_seen_ = c.corrupt_rings;
+  }
+  std::vector<prometheus::MetricFamily> out = registry_->Collect();
+
+  using prometheus::MetricType;
+  auto http_requests = make_family("rankstat_http_requests_total", "HTTP requests answered.", MetricType::Counter);
+  add_sample(http_requests, {}, static_cast<double>(http.requests_total));
+  auto http_rejected = make_family("rankstat_http_connections_rejected_total",
+                                   "Connections refused because the connection limit was reached.", MetricType::Counter);
+  add_sample(http_rejected, {}, static_cast<double>(http.connections_rejected_total));
+  auto http_bad = make_family("rankstat_http_bad_requests_total", "Malformed or oversized HTTP requests.",
+                              MetricType::Counter);
+  add_sample(http_bad, {}, static_cast<double>(http.bad_requests_total));
+  auto http_active = make_family("rankstat_http_active_connections", "Open HTTP connections.", MetricType::Gauge);
+  add_sample(http_active, {}, static_cast<double>(http.active_connections));
+
+  auto segments = make_family("rankstat_segments", "Current segment generations by liveness state.", MetricType::Gauge);
+  std::array<int, kRankStateCount> by_state{};
+  auto up = make_family("rankstat_rank_up", "1 while the rank's process is alive (LIVE or STALLED), else 0.",
+                        MetricType::Gauge);
+  auto state = make_family("rankstat_rank_state", "Liveness state of the rank's current generation (one-hot).",
+                           MetricType::Gauge);
+  auto heartbeat = make_family("rankstat_rank_heartbeat_age_seconds",
+                               "Seconds since the rank's last append or heartbeat.", MetricType::Gauge);
+  auto records = make_family("rankstat_ring_records_total", "Records the rank appended to its ring.",
+                             MetricType::Counter);
+  auto dropped = make_family("rankstat_ring_dropped_records_total",
+                             "Records the rank dropped because its ring was full.", MetricType::Counter);
+  auto fill = make_family("rankstat_ring_fill_ratio", "Fraction of the ring holding undrained records.",
+                          MetricType::Gauge);
+  auto gaps = make_family("rankstat_ring_sequence_gaps_total",
+                          "Records missing between two drained ones (should stay 0).", MetricType::Counter);
+  auto info = make_family("rankstat_rank_info", "Identity of the rank's current generation.", MetricType::Gauge);
+  for (const RankSegment* s : registry.current()) {
+    const shm::SegmentHeader& h = s->identity();
+    const shm::ProducerState p = s->producer();
+    Labels labels{{"instance_id", h.instance},
+                  {"role", std::string(shm::role_name(static_cast<shm::Role>(h.role)))},
+                  {"rank", h.rank_key}};
+    ++by_state[static_cast<std::size_t>(s->state())];
+    add_sample(up, labels, is_live(s->state()) ? 1 : 0);
+    for (int i = 0; i < kRankStateCount; ++i) {
+      Labels with_state = labels;
+      with_state.push_back({"state", std::string(rank_state_name(static_cast<RankState>(i)))});
+      add_sample(state, with_state, static_cast<int>(s->state()) == i ? 1 : 0);
+    }
+    const double age = now_ns > p.heartbeat_ns ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0;
+    add_sample(heartbeat, labels, age);
+    add_sample(records, labels, static_cast<double>(p.records_written));
+    add_sample(dropped, labels, static_cast<double>(p.dropped_records));
+    add_sample(fill, labels, s->ring_fill_ratio());
+    add_sample(gaps, labels, static_cast<double>(s->sequence_gaps()));
+    Labels info_labels = labels;
+    info_labels.push_back({"pid", std::to_string(h.pid)});
+    info_labels.push_back({"model_name", h.model_name});
+    info_labels.push_back({"layout", std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor)});
+    add_sample(info, info_labels, 1);
+  }
+  for (int i = 0; i < kRankStateCount; ++i) {
+    add_sample(segments, {{"state", std::string(rank_state_name(static_cast<RankState>(i)))}},
+               by_state[static_cast<std::size_t>(i)]);
+  }
+  for (auto* f : {&http_requests, &http_rejected, &http_bad, &http_active, &segments, &up, &state, &heartbeat,
+                  &records, &dropped, &fill, &gaps, &info}) {
+    if (!f->metric.empty()) out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+}  // namespace rankstat

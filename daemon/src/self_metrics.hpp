@@ -1,0 +1,59 @@
+// rankstatd's metrics about itself (rankstat_*): scrapes, drains, rejected segments, and per-rank ring
+// health. Process-wide counters live in a prometheus-cpp Registry; per-rank families are rebuilt from
+// the registry of segments at each scrape. Used only from the io thread.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "segment_registry.hpp"
+
+namespace rankstat {
+
+struct HttpCounters {
+  std::uint64_t requests_total = 0;
+  std::uint64_t connections_rejected_total = 0;
+  std::uint64_t active_connections = 0;
+  std::uint64_t bad_requests_total = 0;
+};
+
+class SelfMetrics {
+ public:
+  SelfMetrics();
+
+  void observe_scrape(double seconds, std::size_t body_bytes);
+  void add_records_drained(std::uint64_t records) { records_drained_->Increment(static_cast<double>(records)); }
+  void add_family_conflicts(std::uint64_t conflicts) { conflicts_->Increment(static_cast<double>(conflicts)); }
+  void note_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
+
+  // The self-metric families as of now, given the segments and the HTTP server's counters.
+  std::vector<prometheus::MetricFamily> collect(const SegmentRegistry& registry, const HttpCounters& http,
+                                                std::uint64_t now_ns);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter* scrapes_ = nullptr;
+  prometheus::Histogram* scrape_seconds_ = nullptr;
+  prometheus::Gauge* last_body_bytes_ = nullptr;
+  prometheus::Counter* records_drained_ = nullptr;
+  prometheus::Counter* conflicts_ = nullptr;
+  prometheus::Counter* reloads_ok_ = nullptr;
+  prometheus::Counter* reloads_failed_ = nullptr;
+  prometheus::Family<prometheus::Counter>* rejected_family_ = nullptr;
+  std::array<prometheus::Counter*, shm::kRejectReasonCount> rejected_{};
+  std::array<std::uint64_t, shm::kRejectReasonCount> rejected_seen_{};
+  prometheus::Counter* replaced_ = nullptr;
+  std::uint64_t replaced_seen_ = 0;
+  prometheus::Counter* corrupt_ = nullptr;
+  std::uint64_t corrupt_seen_ = 0;
+};
+
+}  // namespace rankstat

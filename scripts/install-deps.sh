@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs everything rankstat needs to build, test and benchmark on Debian 12 (bookworm).
+# Idempotent: re-running it on a prepared machine only checks that the packages are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
+  clang-format clang-tidy
+  # libboost1.81-dev conflicts with the default 1.74 packages: name the 1.81 ones explicitly.
+  libboost1.81-dev libboost-json1.81-dev
+  prometheus-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
+  libsystemd-dev zlib1g-dev
+  libbenchmark-dev
+  # Test and tooling: promtool and a real Prometheus server, the incumbent for side-by-side
+  # benchmarks, tmux for the terminal view test, systemd-analyze for unit verification.
+  prometheus python3 python3-prometheus-client tmux systemd jq
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+echo "install-deps: all ${#packages[@]} packages present"

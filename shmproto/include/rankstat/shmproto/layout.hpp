@@ -1,0 +1,323 @@
+// The rankstat shared-memory contract, layout major 1.
+//
+// One segment per producing rank thread, a file named rankstat.<instance>.<role>.<rank-key> in the shm
+// directory. Byte-level diagrams, the memory-ordering protocol and the compatibility rule are in
+// docs/shm-layout.md; every offset below is pinned by a static_assert so a change that moves a field
+// fails to compile instead of silently breaking a reader built from another revision.
+//
+// Rules for everything in this file: fixed-width fields only (no size_t, bool, enums without an
+// underlying type, pointers), little-endian x86-64/aarch64 only, explicit padding, and every atomic
+// field 8-byte aligned and lock-free so it is address-free across processes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace rankstat::shm {
+
+// "RANKSTAT" read as a little-endian u64. Written last, with a release store: a reader that sees the
+// magic sees a fully initialised header.
+inline constexpr std::uint64_t kMagic = 0x5441'5453'4B4E'4152ull;
+
+// Compatibility rule: a reader accepts a segment only if layout_major equals its own major. Within one
+// major, a newer minor only appends (new header fields in reserved space, new record types, new fields
+// at the end of a record whose length grows). A reader of minor m reads min(m, segment minor) worth of
+// fields. layout_hash must equal the reader's hash when the minors are equal.
+inline constexpr std::uint16_t kLayoutMajor = 1;
+inline constexpr std::uint16_t kLayoutMinor = 0;
+
+inline constexpr std::uint32_t kHeaderBytes = 4096;
+inline constexpr std::uint32_t kCacheGroupBytes = 128;  // Aeron-style: two lines against the pair prefetcher
+
+// Producer and consumer hot fields live in separate 256-byte groups, 128 bytes apart at least.
+inline constexpr std::uint32_t kProducerGroupOffset = 1024;
+inline constexpr std::uint32_t kConsumerGroupOffset = 1280;
+
+inline constexpr std::uint32_t kInstanceBytes = 64;
+inline constexpr std::uint32_t kModelNameBytes = 128;
+inline constexpr std::uint32_t kEngineTypeBytes = 32;
+inline constexpr std::uint32_t kRankKeyBytes = 32;
+inline constexpr std::uint32_t kExtraLabelsBytes = 512;
+inline constexpr std::uint32_t kMaxRecordTypes = 8;  // latest_record_position slots
+
+inline constexpr std::int32_t kRankUnset = -1;
+
+enum class SegmentState : std::uint32_t {
+  kInitializing = 0,  // never visible under the final name: creation happens under a temporary name
+  kReady = 1,
+  // A clean exit is signalled by SegmentHeader::closed (producer group), not here: group A is immutable.
+};
+
+enum class Role : std::uint32_t {
+  kUnknown = 0,
+  kScheduler = 1,  // one per TP/PP/DP rank
+  kTokenizer = 2,  // HTTP / tokenizer front end
+  kDetokenizer = 3,
+  kOther = 4,
+};
+
+// Identity flags (SegmentHeader::flags).
+inline constexpr std::uint32_t kFlagPriorityScheduling = 1u << 0;  // add the priority label
+inline constexpr std::uint32_t kFlagAllSchedulersMetrics = 1u << 1;  // every rank exports, not just attn_tp 0
+inline constexpr std::uint32_t kFlagDpAttention = 1u << 2;
+
+// Page 0 of every segment. Group A (bytes 0..1023) is written once by the creator before the magic;
+// group B (producer) and group C (consumer) are the only fields that change afterwards.
+struct SegmentHeader {
+  // --- group A: identity and geometry, immutable after the magic is published ---
+  std::uint64_t magic;                // 0: kMagic, stored last (release)
+  std::uint16_t layout_major;         // 8
+  std::uint16_t layout_minor;         // 10
+  std::uint32_t header_bytes;         // 12: kHeaderBytes
+  std::uint64_t layout_hash;          // 16: kLayoutHash of the writer's build
+  std::uint64_t segment_bytes;        // 24: must equal the file size
+  std::uint32_t state;                // 32: SegmentState; atomic (release on change)
+  std::uint32_t role;                 // 36: Role
+  std::uint32_t pid;                  // 40: getpid() of the writer at creation
+  std::uint32_t flags;                // 44: kFlag*
+  std::uint64_t pid_start_ticks;      // 48: field 22 of /proc/<pid>/stat; pid alone is reused
+  std::uint64_t generation;           // 56: random nonce per incarnation
+  std::uint64_t created_realtime_ns;  // 64: wall clock, for humans only
+  std::uint64_t created_monotonic_ns; // 72: CLOCK_MONOTONIC
+  std::int32_t tp_rank;               // 80: kRankUnset when not applicable
+  std::int32_t pp_rank;               // 84
+  std::int32_t dp_rank;               // 88: kRankUnset -> no dp_rank label
+  std::int32_t moe_ep_rank;           // 92
+  std::int32_t attn_tp_rank;          // 96
+  std::int32_t attn_dp_rank;          // 100
+  std::int32_t attn_cp_rank;          // 104
+  std::int32_t tp_size;               // 108
+  std::int32_t pp_size;               // 112
+  std::int32_t dp_size;               // 116
+  std::uint32_t reserved_a0;          // 120
+  std::uint32_t reserved_a1;          // 124
+  std::uint64_t ring_offset;          // 128: from the start of the segment
+  std::uint64_t ring_bytes;           // 136: power of two
+  std::uint64_t cumulative_offset;    // 144
+  std::uint64_t cumulative_bytes;     // 152
+  std::uint32_t max_record_bytes;     // 160: largest record the writer will append
+  std::uint32_t reserved_a2;          // 164
+  std::uint8_t reserved_a3[24];       // 168
+  char instance[kInstanceBytes];      // 192: NUL-terminated [A-Za-z0-9_-]
+  char model_name[kModelNameBytes];   // 256: NUL-terminated UTF-8
+  char engine_type[kEngineTypeBytes]; // 384: "unified" | "prefill" | "decode" | ...
+  char rank_key[kRankKeyBytes];       // 416: last component of the segment name
+  char extra_labels[kExtraLabelsBytes]; // 448: "name\0value\0name\0value\0\0"
+  std::uint8_t reserved_a4[64];       // 960
+
+  // --- group B: producer-owned (bytes 1024..1279) ---
+  std::uint64_t tail;                 // 1024: bytes ever committed to the ring; release store = publication
+  std::uint64_t records_written;      // 1032: records accepted (== next sequence number)
+  std::uint64_t dropped_records;      // 1040: records refused because the ring was full
+  std::uint64_t heartbeat_ns;         // 1048: CLOCK_MONOTONIC of the last append or heartbeat
+  std::uint64_t oversize_records;     // 1056: records refused because they exceed max_record_bytes
+  std::uint64_t closed;               // 1064: 1 after a clean exit (release); the writer appends no more
+  std::uint64_t latest_record_position[kMaxRecordTypes];  // 1072: ring position of the newest record per type, +1 (0 = none)
+  std::uint8_t reserved_b1[144];      // 1136
+
+  // --- group C: consumer-owned (bytes 1280..1535) ---
+  std::uint64_t head;                 // 1280: bytes consumed; release store after copying out
+  std::uint64_t consumer_heartbeat_ns;// 1288: CLOCK_MONOTONIC of the consumer's last drain
+  std::uint32_t consumer_pid;         // 1296
+  std::uint32_t reserved_c0;          // 1300
+  std::uint8_t reserved_c1[232];      // 1304
+
+  std::uint8_t reserved_tail[kHeaderBytes - 1536];  // room for minor versions to append
+};
+
+static_assert(std::is_standard_layout_v<SegmentHeader> && std::is_trivially_copyable_v<SegmentHeader>);
+static_assert(sizeof(SegmentHeader) == kHeaderBytes, "the header is exactly one page");
+static_assert(offsetof(SegmentHeader, magic) == 0);
+static_assert(offsetof(SegmentHeader, layout_major) == 8);
+static_assert(offsetof(SegmentHeader, layout_minor) == 10);
+static_assert(offsetof(SegmentHeader, header_bytes) == 12);
+static_assert(offsetof(SegmentHeader, layout_hash) == 16);
+static_assert(offsetof(SegmentHeader, segment_bytes) == 24);
+static_assert(offsetof(SegmentHeader, state) == 32);
+static_assert(offsetof(SegmentHeader, role) == 36);
+static_assert(offsetof(SegmentHeader, pid) == 40);
+static_assert(offsetof(SegmentHeader, flags) == 44);
+static_assert(offsetof(SegmentHeader, pid_start_ticks) == 48);
+static_assert(offsetof(SegmentHeader, generation) == 56);
+static_assert(offsetof(SegmentHeader, created_realtime_ns) == 64);
+static_assert(offsetof(SegmentHeader, created_monotonic_ns) == 72);
+static_assert(offsetof(SegmentHeader, tp_rank) == 80);
+static_assert(offsetof(SegmentHeader, pp_rank) == 84);
+static_assert(offsetof(SegmentHeader, dp_rank) == 88);
+static_assert(offsetof(SegmentHeader, moe_ep_rank) == 92);
+static_assert(offsetof(SegmentHeader, attn_tp_rank) == 96);
+static_assert(offsetof(SegmentHeader, attn_dp_rank) == 100);
+static_assert(offsetof(SegmentHeader, attn_cp_rank) == 104);
+static_assert(offsetof(SegmentHeader, tp_size) == 108);
+static_assert(offsetof(SegmentHeader, pp_size) == 112);
+static_assert(offsetof(SegmentHeader, dp_size) == 116);
+static_assert(offsetof(SegmentHeader, ring_offset) == 128);
+static_assert(offsetof(SegmentHeader, ring_bytes) == 136);
+static_assert(offsetof(SegmentHeader, cumulative_offset) == 144);
+static_assert(offsetof(SegmentHeader, cumulative_bytes) == 152);
+static_assert(offsetof(SegmentHeader, max_record_bytes) == 160);
+static_assert(offsetof(SegmentHeader, instance) == 192);
+static_assert(offsetof(SegmentHeader, model_name) == 256);
+static_assert(offsetof(SegmentHeader, engine_type) == 384);
+static_assert(offsetof(SegmentHeader, rank_key) == 416);
+static_assert(offsetof(SegmentHeader, extra_labels) == 448);
+static_assert(offsetof(SegmentHeader, tail) == kProducerGroupOffset);
+static_assert(offsetof(SegmentHeader, records_written) == 1032);
+static_assert(offsetof(SegmentHeader, dropped_records) == 1040);
+static_assert(offsetof(SegmentHeader, heartbeat_ns) == 1048);
+static_assert(offsetof(SegmentHeader, oversize_records) == 1056);
+static_assert(offsetof(SegmentHeader, closed) == 1064);
+static_assert(offsetof(SegmentHeader, latest_record_position) == 1072);
+static_assert(offsetof(SegmentHeader, head) == kConsumerGroupOffset);
+static_assert(offsetof(SegmentHeader, consumer_heartbeat_ns) == 1288);
+static_assert(offsetof(SegmentHeader, consumer_pid) == 1296);
+static_assert(kConsumerGroupOffset - kProducerGroupOffset >= 2 * kCacheGroupBytes);
+
+// --- the record ring ---------------------------------------------------------------------------------
+//
+// Every record starts with this header and is followed by its payload. Records start on 64-byte
+// boundaries (two records never share a cache line); `length` is the true size, the slot is
+// align_up(length, kRecordAlignment). A record that would cross the end of the ring is preceded by a
+// padding record covering the rest of the ring, so every record is contiguous.
+struct RecordHeader {
+  std::uint32_t length;         // 0: header + payload bytes
+  std::uint16_t type;           // 4: RecordType
+  std::uint16_t type_version;   // 6: per-type version; readers skip versions they do not know
+  std::uint64_t sequence;       // 8: dense over accepted records of this segment (padding excluded)
+  std::uint64_t timestamp_ns;   // 16: CLOCK_MONOTONIC at append; orders mostrecent across ranks
+};
+static_assert(sizeof(RecordHeader) == 24);
+static_assert(offsetof(RecordHeader, length) == 0);
+static_assert(offsetof(RecordHeader, type) == 4);
+static_assert(offsetof(RecordHeader, type_version) == 6);
+static_assert(offsetof(RecordHeader, sequence) == 8);
+static_assert(offsetof(RecordHeader, timestamp_ns) == 16);
+
+inline constexpr std::uint32_t kRecordAlignment = 64;
+inline constexpr std::uint64_t kMinRingBytes = 4096;
+inline constexpr std::uint64_t kMaxRingBytes = 1ull << 30;
+inline constexpr std::uint32_t kMaxRecordBytes = 16384;
+
+enum class RecordType : std::uint16_t {
+  kPadding = 0xFFFF,
+  kSchedulerSnapshot = 1,
+};
+
+constexpr std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
+
+constexpr bool is_power_of_two(std::uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
+
+// --- the cumulative block ------------------------------------------------------------------------------
+//
+// Counters, histograms and standalone gauges kept as running state by the single writer. Series are
+// appended at run time: the writer fills a descriptor (and, for histograms, its bucket bounds) and only
+// then publishes series_count with a release store. A published descriptor never changes. Values are
+// 8-byte words updated with relaxed atomic stores; gauges and histograms carry a per-series sequence
+// word (even = stable) so a reader gets a consistent (value, timestamp) or (buckets, sum).
+struct CumulativeHeader {
+  std::uint32_t series_capacity;      // 0: number of SeriesDescriptor slots
+  std::uint32_t bounds_capacity;      // 4: number of f64 bucket bounds
+  std::uint32_t values_capacity;      // 8: number of 8-byte value words
+  std::uint32_t reserved0;            // 12
+  std::uint8_t reserved1[48];         // 16
+  std::uint32_t series_count;         // 64: published descriptors (release store by the writer)
+  std::uint32_t bounds_used;          // 68: informational
+  std::uint32_t values_used;          // 72: informational
+  std::uint32_t registration_failures;// 76: series the writer could not add (block full, bad name)
+  std::uint8_t reserved2[48];         // 80
+};
+static_assert(sizeof(CumulativeHeader) == 128);
+static_assert(offsetof(CumulativeHeader, series_capacity) == 0);
+static_assert(offsetof(CumulativeHeader, bounds_capacity) == 4);
+static_assert(offsetof(CumulativeHeader, values_capacity) == 8);
+static_assert(offsetof(CumulativeHeader, series_count) == 64);
+static_assert(offsetof(CumulativeHeader, bounds_used) == 68);
+static_assert(offsetof(CumulativeHeader, values_used) == 72);
+static_assert(offsetof(CumulativeHeader, registration_failures) == 76);
+
+enum class SeriesKind : std::uint8_t {
+  kCounter = 1,    // values: [f64 total]
+  kGauge = 2,      // values: [seq, f64 value, u64 set_ns (0 = never set)]
+  kHistogram = 3,  // values: [seq, u64 count per bucket (bucket_count finite + 1 for +Inf), f64 sum]
+};
+
+// Multiprocess aggregation mode of a gauge family, as prometheus_client names them.
+enum class GaugeMode : std::uint8_t {
+  kAll = 0,
+  kLiveAll = 1,
+  kSum = 2,
+  kLiveSum = 3,
+  kMin = 4,
+  kLiveMin = 5,
+  kMax = 6,
+  kLiveMax = 7,
+  kMostRecent = 8,
+  kLiveMostRecent = 9,
+};
+inline constexpr std::uint8_t kGaugeModeCount = 10;
+
+// The series carries only its own labels, not the segment's identity labels (SGLang's
+// kv_transfer_timeouts_total{stage} and eplb_gpu_physical_count{layer} are labelled this way).
+inline constexpr std::uint32_t kSeriesWithoutIdentityLabels = 1u << 0;
+
+inline constexpr std::uint32_t kFamilyNameBytes = 96;
+inline constexpr std::uint32_t kSeriesLabelBytes = 144;
+inline constexpr std::uint16_t kMaxHistogramBuckets = 64;
+
+struct SeriesDescriptor {
+  std::uint8_t kind;                    // 0: SeriesKind
+  std::uint8_t gauge_mode;              // 1: GaugeMode (gauges only)
+  std::uint16_t bucket_count;           // 2: finite bucket bounds (histograms only)
+  std::uint32_t values_offset;          // 4: first value word, index into the values area
+  std::uint32_t bounds_offset;          // 8: first bound, index into the bounds area
+  std::uint32_t flags;                  // 12: kSeries* bits
+  char family[kFamilyNameBytes];        // 16: metric family name, NUL-terminated
+  char labels[kSeriesLabelBytes];       // 112: "name\0value\0...\0" (empty list = "\0")
+};
+static_assert(sizeof(SeriesDescriptor) == 256);
+static_assert(offsetof(SeriesDescriptor, kind) == 0);
+static_assert(offsetof(SeriesDescriptor, gauge_mode) == 1);
+static_assert(offsetof(SeriesDescriptor, bucket_count) == 2);
+static_assert(offsetof(SeriesDescriptor, values_offset) == 4);
+static_assert(offsetof(SeriesDescriptor, bounds_offset) == 8);
+static_assert(offsetof(SeriesDescriptor, flags) == 12);
+static_assert(offsetof(SeriesDescriptor, family) == 16);
+static_assert(offsetof(SeriesDescriptor, labels) == 112);
+
+// Value words a series of this kind occupies.
+constexpr std::uint32_t series_value_words(SeriesKind kind, std::uint16_t bucket_count) {
+  switch (kind) {
+    case SeriesKind::kCounter:
+      return 1;
+    case SeriesKind::kGauge:
+      return 3;
+    case SeriesKind::kHistogram:
+      return 1u + bucket_count + 1u + 1u;
+  }
+  return 0;
+}
+
+// Region sizes for a cumulative block of the given capacities; offsets are relative to the block start.
+struct CumulativeGeometry {
+  std::uint32_t series_capacity;
+  std::uint32_t bounds_capacity;
+  std::uint32_t values_capacity;
+
+  constexpr std::uint64_t descriptors_offset() const { return sizeof(CumulativeHeader); }
+  constexpr std::uint64_t bounds_offset() const {
+    return descriptors_offset() + std::uint64_t{series_capacity} * sizeof(SeriesDescriptor);
+  }
+  constexpr std::uint64_t values_offset() const { return bounds_offset() + std::uint64_t{bounds_capacity} * 8; }
+  constexpr std::uint64_t total_bytes() const {
+    return align_up(values_offset() + std::uint64_t{values_capacity} * 8, kHeaderBytes);
+  }
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be address-free");
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared counters must be address-free");
+
+}  // namespace rankstat::shm

@@ -1,0 +1,273 @@
+// Record type 1: the scheduler snapshot, one per logged scheduler step.
+//
+// The field set is SGLang's SchedulerStats (observability/metrics_collector.py): queue counts with a
+// per-priority breakdown, the KV pool breakdown for the full / SWA / mamba pools, speculative decoding,
+// retraction, PD-disaggregation queues, utilisation and forward occupancy, LoRA, HiCache, streaming
+// sessions and routing keys. Layout in docs/shm-layout.md ("Scheduler snapshot").
+//
+// The payload is a fixed part followed by `priority_count` PriorityCount entries. Readers must take
+// the entry count from the record length as well and use the smaller of the two.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "rankstat/shmproto/layout.hpp"
+
+namespace rankstat::shm {
+
+inline constexpr std::uint16_t kSchedulerSnapshotVersion = 1;
+
+enum class ReportKind : std::uint32_t {
+  kUnspecified = 0,
+  kPrefill = 1,  // logged after a prefill batch: owns cache_hit_rate
+  kDecode = 2,   // logged every decode_log_interval steps: owns gen_throughput
+  kIdle = 3,     // idle refresh (no batch for 30 s): gen_throughput decays to 0
+};
+
+// Optional field groups: SGLang creates these gauges only when the feature is on.
+inline constexpr std::uint64_t kGroupLora = 1ull << 0;
+inline constexpr std::uint64_t kGroupHiCache = 1ull << 1;
+inline constexpr std::uint64_t kGroupStreamingSessions = 1ull << 2;
+inline constexpr std::uint64_t kGroupSpeculative = 1ull << 3;
+inline constexpr std::uint64_t kGroupDisaggregation = 1ull << 4;
+inline constexpr std::uint64_t kGroupRoutingKeys = 1ull << 5;
+
+// Which queue a PriorityCount belongs to.
+enum class QueueId : std::uint8_t {
+  kRunning = 0,
+  kWaiting = 1,
+  kPrefillBootstrap = 2,
+  kPrefillInflight = 3,
+  kDecodePrealloc = 4,
+  kDecodeTransfer = 5,
+};
+inline constexpr std::uint8_t kQueueIdCount = 6;
+
+inline constexpr std::uint8_t kPriorityIsNone = 1u << 0;  // SGLang's priority=None requests
+
+struct PriorityCount {
+  std::int32_t priority;  // 0
+  std::uint8_t queue;     // 4: QueueId
+  std::uint8_t flags;     // 5: kPriorityIsNone
+  std::uint16_t reserved; // 6
+  std::int64_t count;     // 8
+};
+static_assert(sizeof(PriorityCount) == 16);
+static_assert(offsetof(PriorityCount, priority) == 0);
+static_assert(offsetof(PriorityCount, queue) == 4);
+static_assert(offsetof(PriorityCount, flags) == 5);
+static_assert(offsetof(PriorityCount, count) == 8);
+
+// Bounds of SGLang's routing-key GaugeHistograms ("gt < count <= le"), plus one overflow bin.
+inline constexpr double kRoutingKeyBucketBounds[] = {1, 2, 3, 5, 7, 10, 20, 50, 100, 200};
+inline constexpr std::uint32_t kRoutingKeyBins = 11;
+
+inline constexpr std::uint32_t kMaxPriorityCounts = 64;
+
+struct SchedulerSnapshot {
+  std::uint32_t report_kind;     // 0: ReportKind
+  std::uint32_t priority_count;  // 4: PriorityCount entries after the fixed part
+  std::uint64_t groups;          // 8: kGroup* bits present in this report
+
+  // Basics
+  std::int64_t num_running_reqs;         // 16: total over priorities
+  std::int64_t num_queue_reqs;           // 24
+  std::int64_t num_grammar_queue_reqs;   // 32
+  double gen_throughput;                 // 40: tokens/s, decode-owned
+  double cache_hit_rate;                 // 48: prefill-owned
+  std::int64_t decode_sum_seq_lens;      // 56
+  // Pool usage
+  double token_usage;                    // 64: max over full / SWA / mamba
+  double full_token_usage;               // 72
+  double swa_token_usage;                // 80
+  double mamba_usage;                    // 88
+  std::int64_t num_used_tokens;          // 96
+  std::int64_t kv_available_tokens;      // 104
+  std::int64_t kv_evictable_tokens;      // 112
+  std::int64_t kv_used_tokens;           // 120
+  std::int64_t swa_available_tokens;     // 128
+  std::int64_t swa_evictable_tokens;     // 136
+  std::int64_t swa_used_tokens;          // 144
+  std::int64_t mamba_available_tokens;   // 152
+  std::int64_t mamba_evictable_tokens;   // 160
+  std::int64_t mamba_used_tokens;        // 168
+  // Speculative decoding
+  double spec_accept_length;             // 176
+  double spec_accept_rate;               // 184
+  double spec_cap_length;                // 192
+  double spec_block_accept_length;       // 200
+  std::int64_t spec_num_steps;           // 208
+  std::int64_t spec_num_draft_tokens;    // 216
+  // Retraction (reset to 0 after each report, as SGLang does)
+  std::int64_t num_retracted_reqs;       // 224
+  std::int64_t num_paused_reqs;          // 232
+  // PD disaggregation
+  std::int64_t num_prefill_bootstrap_queue_reqs;  // 240
+  std::int64_t num_prefill_inflight_queue_reqs;   // 248
+  std::int64_t num_decode_prealloc_queue_reqs;    // 256
+  std::int64_t num_decode_transfer_queue_reqs;    // 264
+  double kv_transfer_speed_gb_s;         // 272
+  double kv_transfer_latency_ms;         // 280
+  double pending_prealloc_token_usage;   // 288
+  std::int64_t num_decode_deferred_kv_release_reqs;  // 296
+  // Utilisation and forward
+  double utilization;                    // 304: -1 on a PD prefill node
+  double fwd_occupancy;                  // 312: percent; NaN when the device timer is off
+  double new_token_ratio;                // 320
+  std::int64_t is_cuda_graph;            // 328
+  // LoRA
+  std::int64_t lora_pool_slots_used;     // 336
+  std::int64_t lora_pool_slots_total;    // 344
+  double lora_pool_utilization;          // 352
+  // HiCache
+  std::int64_t hicache_host_used_tokens; // 360
+  std::int64_t hicache_host_total_tokens;// 368
+  // Streaming sessions
+  std::int64_t num_streaming_sessions;   // 376
+  std::int64_t streaming_session_held_tokens;  // 384
+  // Routing keys
+  std::int64_t num_unique_running_routing_keys;  // 392
+  std::uint64_t routing_key_running_req_counts[kRoutingKeyBins];  // 400: per-bin key counts
+  std::uint64_t routing_key_all_req_counts[kRoutingKeyBins];      // 488
+};  // 576; PriorityCount entries follow
+
+static_assert(std::is_standard_layout_v<SchedulerSnapshot> && std::is_trivially_copyable_v<SchedulerSnapshot>);
+static_assert(sizeof(SchedulerSnapshot) == 576);
+static_assert(offsetof(SchedulerSnapshot, report_kind) == 0);
+static_assert(offsetof(SchedulerSnapshot, priority_count) == 4);
+static_assert(offsetof(SchedulerSnapshot, groups) == 8);
+static_assert(offsetof(SchedulerSnapshot, num_running_reqs) == 16);
+static_assert(offsetof(SchedulerSnapshot, num_queue_reqs) == 24);
+static_assert(offsetof(SchedulerSnapshot, num_grammar_queue_reqs) == 32);
+static_assert(offsetof(SchedulerSnapshot, gen_throughput) == 40);
+static_assert(offsetof(SchedulerSnapshot, cache_hit_rate) == 48);
+static_assert(offsetof(SchedulerSnapshot, decode_sum_seq_lens) == 56);
+static_assert(offsetof(SchedulerSnapshot, token_usage) == 64);
+static_assert(offsetof(SchedulerSnapshot, full_token_usage) == 72);
+static_assert(offsetof(SchedulerSnapshot, swa_token_usage) == 80);
+static_assert(offsetof(SchedulerSnapshot, mamba_usage) == 88);
+static_assert(offsetof(SchedulerSnapshot, num_used_tokens) == 96);
+static_assert(offsetof(SchedulerSnapshot, kv_available_tokens) == 104);
+static_assert(offsetof(SchedulerSnapshot, kv_evictable_tokens) == 112);
+static_assert(offsetof(SchedulerSnapshot, kv_used_tokens) == 120);
+static_assert(offsetof(SchedulerSnapshot, swa_available_tokens) == 128);
+static_assert(offsetof(SchedulerSnapshot, swa_evictable_tokens) == 136);
+static_assert(offsetof(SchedulerSnapshot, swa_used_tokens) == 144);
+static_assert(offsetof(SchedulerSnapshot, mamba_available_tokens) == 152);
+static_assert(offsetof(SchedulerSnapshot, mamba_evictable_tokens) == 160);
+static_assert(offsetof(SchedulerSnapshot, mamba_used_tokens) == 168);
+static_assert(offsetof(SchedulerSnapshot, spec_accept_length) == 176);
+static_assert(offsetof(SchedulerSnapshot, spec_accept_rate) == 184);
+static_assert(offsetof(SchedulerSnapshot, spec_cap_length) == 192);
+static_assert(offsetof(SchedulerSnapshot, spec_block_accept_length) == 200);
+static_assert(offsetof(SchedulerSnapshot, spec_num_steps) == 208);
+static_assert(offsetof(SchedulerSnapshot, spec_num_draft_tokens) == 216);
+static_assert(offsetof(SchedulerSnapshot, num_retracted_reqs) == 224);
+static_assert(offsetof(SchedulerSnapshot, num_paused_reqs) == 232);
+static_assert(offsetof(SchedulerSnapshot, num_prefill_bootstrap_queue_reqs) == 240);
+static_assert(offsetof(SchedulerSnapshot, num_prefill_inflight_queue_reqs) == 248);
+static_assert(offsetof(SchedulerSnapshot, num_decode_prealloc_queue_reqs) == 256);
+static_assert(offsetof(SchedulerSnapshot, num_decode_transfer_queue_reqs) == 264);
+static_assert(offsetof(SchedulerSnapshot, kv_transfer_speed_gb_s) == 272);
+static_assert(offsetof(SchedulerSnapshot, kv_transfer_latency_ms) == 280);
+static_assert(offsetof(SchedulerSnapshot, pending_prealloc_token_usage) == 288);
+static_assert(offsetof(SchedulerSnapshot, num_decode_deferred_kv_release_reqs) == 296);
+static_assert(offsetof(SchedulerSnapshot, utilization) == 304);
+static_assert(offsetof(SchedulerSnapshot, fwd_occupancy) == 312);
+static_assert(offsetof(SchedulerSnapshot, new_token_ratio) == 320);
+static_assert(offsetof(SchedulerSnapshot, is_cuda_graph) == 328);
+static_assert(offsetof(SchedulerSnapshot, lora_pool_slots_used) == 336);
+static_assert(offsetof(SchedulerSnapshot, lora_pool_slots_total) == 344);
+static_assert(offsetof(SchedulerSnapshot, lora_pool_utilization) == 352);
+static_assert(offsetof(SchedulerSnapshot, hicache_host_used_tokens) == 360);
+static_assert(offsetof(SchedulerSnapshot, hicache_host_total_tokens) == 368);
+static_assert(offsetof(SchedulerSnapshot, num_streaming_sessions) == 376);
+static_assert(offsetof(SchedulerSnapshot, streaming_session_held_tokens) == 384);
+static_assert(offsetof(SchedulerSnapshot, num_unique_running_routing_keys) == 392);
+static_assert(offsetof(SchedulerSnapshot, routing_key_running_req_counts) == 400);
+static_assert(offsetof(SchedulerSnapshot, routing_key_all_req_counts) == 488);
+
+inline constexpr std::uint32_t kSchedulerRecordMaxBytes = static_cast<std::uint32_t>(
+    sizeof(RecordHeader) + sizeof(SchedulerSnapshot) + kMaxPriorityCounts * sizeof(PriorityCount));
+
+// The scalar fields, in layout order: the single source for the layout hash, the daemon's gauge
+// families (sglang:<name>) and the CLI's field listing. `group` 0 means always present.
+enum class FieldType : std::uint8_t { kI64 = 1, kF64 = 2 };
+
+struct ScalarField {
+  const char* name;
+  std::uint32_t offset;
+  FieldType type;
+  std::uint64_t group;
+  const char* section;  // grouping as in SchedulerStats, for display
+};
+
+#define RANKSTAT_SNAPSHOT_FIELD(field, type, group, section) \
+  ScalarField { #field, offsetof(SchedulerSnapshot, field), FieldType::type, group, section }
+
+inline constexpr ScalarField kSchedulerScalarFields[] = {
+    RANKSTAT_SNAPSHOT_FIELD(num_running_reqs, kI64, 0, "basics"),
+    RANKSTAT_SNAPSHOT_FIELD(num_queue_reqs, kI64, 0, "basics"),
+    RANKSTAT_SNAPSHOT_FIELD(num_grammar_queue_reqs, kI64, 0, "basics"),
+    RANKSTAT_SNAPSHOT_FIELD(gen_throughput, kF64, 0, "basics"),
+    RANKSTAT_SNAPSHOT_FIELD(cache_hit_rate, kF64, 0, "basics"),
+    RANKSTAT_SNAPSHOT_FIELD(decode_sum_seq_lens, kI64, 0, "basics"),
+    RANKSTAT_SNAPSHOT_FIELD(token_usage, kF64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(full_token_usage, kF64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(swa_token_usage, kF64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_usage, kF64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(num_used_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(kv_available_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(kv_evictable_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(kv_used_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(swa_available_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(swa_evictable_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(swa_used_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_available_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_evictable_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_used_tokens, kI64, 0, "pool"),
+    RANKSTAT_SNAPSHOT_FIELD(spec_accept_length, kF64, kGroupSpeculative, "speculative"),
+    RANKSTAT_SNAPSHOT_FIELD(spec_accept_rate, kF64, kGroupSpeculative, "speculative"),
+    RANKSTAT_SNAPSHOT_FIELD(spec_cap_length, kF64, kGroupSpeculative, "speculative"),
+    RANKSTAT_SNAPSHOT_FIELD(spec_block_accept_length, kF64, kGroupSpeculative, "speculative"),
+    RANKSTAT_SNAPSHOT_FIELD(spec_num_steps, kI64, kGroupSpeculative, "speculative"),
+    RANKSTAT_SNAPSHOT_FIELD(spec_num_draft_tokens, kI64, kGroupSpeculative, "speculative"),
+    RANKSTAT_SNAPSHOT_FIELD(num_retracted_reqs, kI64, 0, "retraction"),
+    RANKSTAT_SNAPSHOT_FIELD(num_paused_reqs, kI64, 0, "retraction"),
+    RANKSTAT_SNAPSHOT_FIELD(num_prefill_bootstrap_queue_reqs, kI64, 0, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(num_prefill_inflight_queue_reqs, kI64, 0, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_prealloc_queue_reqs, kI64, 0, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_transfer_queue_reqs, kI64, 0, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_speed_gb_s, kF64, kGroupDisaggregation, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_latency_ms, kF64, kGroupDisaggregation, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(pending_prealloc_token_usage, kF64, 0, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_deferred_kv_release_reqs, kI64, 0, "disaggregation"),
+    RANKSTAT_SNAPSHOT_FIELD(utilization, kF64, 0, "forward"),
+    RANKSTAT_SNAPSHOT_FIELD(fwd_occupancy, kF64, 0, "forward"),
+    RANKSTAT_SNAPSHOT_FIELD(new_token_ratio, kF64, 0, "forward"),
+    RANKSTAT_SNAPSHOT_FIELD(is_cuda_graph, kI64, 0, "forward"),
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_used, kI64, kGroupLora, "lora"),
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_total, kI64, kGroupLora, "lora"),
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_utilization, kF64, kGroupLora, "lora"),
+    RANKSTAT_SNAPSHOT_FIELD(hicache_host_used_tokens, kI64, kGroupHiCache, "hicache"),
+    RANKSTAT_SNAPSHOT_FIELD(hicache_host_total_tokens, kI64, kGroupHiCache, "hicache"),
+    RANKSTAT_SNAPSHOT_FIELD(num_streaming_sessions, kI64, kGroupStreamingSessions, "sessions"),
+    RANKSTAT_SNAPSHOT_FIELD(streaming_session_held_tokens, kI64, kGroupStreamingSessions, "sessions"),
+    RANKSTAT_SNAPSHOT_FIELD(num_unique_running_routing_keys, kI64, 0, "routing"),
+};
+
+#undef RANKSTAT_SNAPSHOT_FIELD
+
+// The queue whose total a QueueId's per-priority entries break down, by scalar field name.
+inline constexpr const char* kQueueTotalField[kQueueIdCount] = {
+    "num_running_reqs",
+    "num_queue_reqs",
+    "num_prefill_bootstrap_queue_reqs",
+    "num_prefill_inflight_queue_reqs",
+    "num_decode_prealloc_queue_reqs",
+    "num_decode_transfer_queue_reqs",
+};
+
+}  // namespace rankstat::shm

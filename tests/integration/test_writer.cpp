@@ -1,0 +1,117 @@
+// A scriptable rank for integration tests: publishes known values through the C++ Reporter, then
+// holds (heartbeating) until SIGTERM, or keeps appending as fast as asked to measure writer stalls.
+//
+//   rankstat_test_writer --instance I --tp T --dp D --running R --queue Q --events N [--flood-seconds S]
+//                        [--hold-seconds H] [--exit clean|abandon]
+// Prints "ready" on stdout once its values are published, and on exit a line
+// "appends=<n> dropped=<n> max_append_ns=<n>".
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "rankstat/reporter.hpp"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string instance = "test";
+  std::string model = "test-model";
+  int tp = 0;
+  int dp = -1;
+  std::int64_t running = 0;
+  std::int64_t queue = 0;
+  int events = 0;
+  double hold_seconds = 30;
+  double flood_seconds = 0;
+  std::string exit_mode = "clean";
+  bool priorities = false;
+  CLI::App app{"rankstat integration-test writer"};
+  app.add_option("--instance", instance);
+  app.add_option("--model", model);
+  app.add_option("--tp", tp);
+  app.add_option("--dp", dp);
+  app.add_option("--running", running);
+  app.add_option("--queue", queue);
+  app.add_option("--events", events, "Counter increments and histogram observations to make");
+  app.add_option("--hold-seconds", hold_seconds);
+  app.add_option("--flood-seconds", flood_seconds, "Append snapshots in a tight loop for this long");
+  app.add_option("--exit", exit_mode)->check(CLI::IsMember({"clean", "abandon"}));
+  app.add_flag("--priorities", priorities);
+  CLI11_PARSE(app, argc, argv);
+
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  rankstat::ReporterOptions options;
+  options.identity.instance = instance;
+  options.identity.model_name = model;
+  options.identity.tp_rank = tp;
+  options.identity.moe_ep_rank = tp;
+  options.identity.dp_rank = dp;
+  if (priorities) options.identity.flags |= rankstat::shm::kFlagPriorityScheduling;
+  options.geometry.ring_bytes = 64 * 1024;
+  rankstat::Reporter reporter;
+  if (reporter.open(options) != rankstat::Status::kOk) {
+    std::fprintf(stderr, "open failed: %s\n", reporter.error_message().c_str());
+    return 2;
+  }
+  std::uint32_t counter = 0;
+  std::uint32_t histogram = 0;
+  const double bounds[] = {0.1, 1, 10};
+  reporter.register_counter("sglang:test_events_total", {{"kind", "unit"}}, counter);
+  reporter.register_histogram("sglang:test_latency_seconds", {}, bounds, histogram);
+  for (int i = 0; i < events; ++i) {
+    reporter.counter_add(counter, 1);
+    reporter.histogram_observe(histogram, 0.5 * (i % 4));
+  }
+  rankstat::shm::SchedulerSnapshot s{};
+  s.report_kind = static_cast<std::uint32_t>(rankstat::shm::ReportKind::kDecode);
+  s.num_running_reqs = running;
+  s.num_queue_reqs = queue;
+  s.token_usage = 0.25;
+  s.gen_throughput = 100.0 + tp;
+  const rankstat::shm::PriorityCount entries[] = {
+      {1, static_cast<std::uint8_t>(rankstat::shm::QueueId::kRunning), 0, 0, running}};
+  const std::span<const rankstat::shm::PriorityCount> priority_span =
+      priorities ? std::span<const rankstat::shm::PriorityCount>(entries) : std::span<const rankstat::shm::PriorityCount>();
+  reporter.report_scheduler(s, priority_span);
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  std::uint64_t appends = 0;
+  std::uint64_t max_append_ns = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (!g_stop.load()) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed >= std::max(hold_seconds, flood_seconds)) break;
+    if (elapsed < flood_seconds) {
+      const auto t0 = std::chrono::steady_clock::now();
+      reporter.report_scheduler(s, priority_span);
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      max_append_ns = std::max<std::uint64_t>(max_append_ns, static_cast<std::uint64_t>(ns.count()));
+      ++appends;
+      reporter.counter_add(counter, 1);
+    } else {
+      reporter.heartbeat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::printf("appends=%llu dropped=%llu max_append_ns=%llu\n", static_cast<unsigned long long>(appends),
+              static_cast<unsigned long long>(reporter.dropped_records()),
+              static_cast<unsigned long long>(max_append_ns));
+  std::fflush(stdout);
+  if (exit_mode == "abandon") _exit(0);  // like a crash: no close, segment left as is
+  reporter.close();
+  return 0;
+}

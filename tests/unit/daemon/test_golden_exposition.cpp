@@ -1,0 +1,94 @@
+// Pins the exposition format: two scheduler ranks with known values, rendered the way /metrics renders
+// them, must match tests/golden/engine_metrics.prom byte for byte (pids normalised). Regenerate with
+// RANKSTAT_UPDATE_GOLDEN=1 after an intended format change, and review the diff.
+#include <prometheus/text_serializer.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <regex>
+
+#include "aggregation.hpp"
+#include "rankstat/reporter.hpp"
+#include "segment_registry.hpp"
+#include "testkit.hpp"
+
+using namespace rankstat;
+
+namespace {
+
+void open_rank(Reporter& reporter, const std::string& dir, int dp_rank) {
+  ReporterOptions options;
+  options.shm_dir = dir;
+  options.identity.instance = "golden";
+  options.identity.model_name = "Qwen/Qwen3-8B";
+  options.identity.dp_rank = dp_rank;
+  options.identity.flags = shm::kFlagPriorityScheduling;
+  options.identity.extra_labels = {{"cluster", "eu \"west\""}};
+  options.geometry.ring_bytes = 64 * 1024;
+  REQUIRE(reporter.open(options) == Status::kOk);
+}
+
+void report(Reporter& reporter, int dp_rank) {
+  shm::SchedulerSnapshot s{};
+  s.report_kind = static_cast<std::uint32_t>(shm::ReportKind::kDecode);
+  s.groups = shm::kGroupSpeculative;
+  s.num_running_reqs = 10 + dp_rank;
+  s.num_queue_reqs = 2;
+  s.gen_throughput = 1234.5;
+  s.cache_hit_rate = 0.375;
+  s.token_usage = 0.5;
+  s.full_token_usage = 0.5;
+  s.kv_available_tokens = 1000;
+  s.kv_evictable_tokens = 200;
+  s.kv_used_tokens = 1200;
+  s.num_used_tokens = 1200;
+  s.spec_accept_length = 2.25;
+  s.utilization = 0.6;
+  s.fwd_occupancy = 87.5;
+  s.num_retracted_reqs = dp_rank;
+  const shm::PriorityCount priorities[] = {{0, 0, 0, 0, 6}, {5, 0, 0, 0, 4 + dp_rank}, {0, 1, 0, 0, 2}};
+  REQUIRE(reporter.report_scheduler(s, priorities) == Status::kOk);
+  std::uint32_t tokens = 0;
+  REQUIRE(reporter.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, tokens) == Status::kOk);
+  REQUIRE(reporter.counter_add(tokens, 100.0 * (dp_rank + 1)) == Status::kOk);
+  std::uint32_t latency = 0;
+  const double bounds[] = {0.1, 0.5, 1};
+  REQUIRE(reporter.register_histogram("sglang:queue_time_seconds", {}, bounds, latency) == Status::kOk);
+  REQUIRE(reporter.histogram_observe(latency, 0.05) == Status::kOk);
+  REQUIRE(reporter.histogram_observe(latency, 0.7) == Status::kOk);
+  std::uint32_t timeouts = 0;
+  REQUIRE(reporter.register_counter("sglang:num_retracted_requests_total", {}, timeouts) ==
+          Status::kOk);
+  REQUIRE(reporter.counter_add(timeouts, 1) == Status::kOk);
+}
+
+}  // namespace
+
+TEST_CASE("the engine exposition matches the golden file") {
+  testkit::TempDir dir;
+  Reporter rank0;
+  Reporter rank1;
+  open_rank(rank0, dir.path(), 0);
+  open_rank(rank1, dir.path(), 1);
+  report(rank0, 0);
+  report(rank1, 1);
+
+  SegmentRegistry registry(dir.path(), {});
+  REQUIRE(registry.scan(1) == 2);
+  registry.drain_all(2);
+  registry.refresh_cumulative();
+  FamilySet set;
+  collect_engine_metrics(registry.generations(), set);
+  std::string text = prometheus::TextSerializer().Serialize(set.finish());
+  text = std::regex_replace(text, std::regex("pid=\"[0-9]+\""), "pid=\"PID\"");
+
+  const std::string golden_path = testkit::source_path("tests/golden/engine_metrics.prom");
+  if (const char* update = std::getenv("RANKSTAT_UPDATE_GOLDEN"); update != nullptr && std::string(update) == "1") {
+    std::ofstream(golden_path) << text;
+  }
+  const std::string golden = testkit::read_file(golden_path);
+  REQUIRE_FALSE(golden.empty());
+  CHECK(text == golden);
+  rank0.close();
+  rank1.close();
+}

@@ -1,0 +1,344 @@
+// The cumulative block: registration, updates as a reader sees them, histogram bucket placement, and
+// a reader that refuses descriptors it cannot trust.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/layout.hpp"
+
+namespace {
+
+namespace shm = rankstat::shm;
+
+// A cumulative block in heap memory (8-byte aligned, as in a mapping), with its capacities set the way
+// create_segment sets them.
+class CumulativeBlock {
+ public:
+  explicit CumulativeBlock(shm::CumulativeGeometry geometry)
+      : geometry_(geometry), words_(geometry.total_bytes() / 8, 0) {
+    auto* header = reinterpret_cast<shm::CumulativeHeader*>(words_.data());
+    header->series_capacity = geometry.series_capacity;
+    header->bounds_capacity = geometry.bounds_capacity;
+    header->values_capacity = geometry.values_capacity;
+  }
+
+  shm::CumulativeRegion region() {
+    return shm::cumulative_region(reinterpret_cast<std::uint8_t*>(words_.data()), geometry_);
+  }
+  shm::CumulativeWriter writer() { return shm::CumulativeWriter(region()); }
+  shm::CumulativeReader reader() { return shm::CumulativeReader(region(), geometry_); }
+  shm::CumulativeHeader& header() { return *region().header; }
+  shm::SeriesDescriptor& descriptor(std::uint32_t index) { return region().descriptors[index]; }
+
+ private:
+  shm::CumulativeGeometry geometry_;
+  std::vector<std::uint64_t> words_;
+};
+
+constexpr shm::CumulativeGeometry kRoomy{16, 256, 1024};
+
+std::uint32_t failures(CumulativeBlock& block) {
+  return shm::shared(block.header().registration_failures).load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+TEST_CASE("Registered counters, gauges and histograms are visible to a reader with their updates", "[cumulative]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  const shm::CumulativeReader reader = block.reader();
+  CHECK(reader.published_series() == 0);
+
+  std::uint32_t counter = 99;
+  std::uint32_t gauge = 99;
+  std::uint32_t histogram = 99;
+  const double bounds[] = {0.1, 0.5, 1.0};
+  REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "sglang:prompt_tokens_total",
+                                 {{"model_name", "m"}}, {}, counter) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kLiveMostRecent, "sglang:num_running",
+                                 {}, {}, gauge) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "sglang:ttft_seconds",
+                                 {{"model_name", "m"}, {"priority", "1"}}, bounds, histogram) ==
+          shm::RegisterStatus::kOk);
+  CHECK(counter == 0);
+  CHECK(gauge == 1);
+  CHECK(histogram == 2);
+  REQUIRE(reader.published_series() == 3);
+
+  const auto counter_info = reader.read_descriptor(counter);
+  const auto gauge_info = reader.read_descriptor(gauge);
+  const auto histogram_info = reader.read_descriptor(histogram);
+  REQUIRE(counter_info);
+  REQUIRE(gauge_info);
+  REQUIRE(histogram_info);
+  CHECK(counter_info->kind == shm::SeriesKind::kCounter);
+  CHECK(counter_info->family == "sglang:prompt_tokens_total");
+  CHECK(counter_info->labels == shm::LabelPairs{{"model_name", "m"}});
+  CHECK(gauge_info->kind == shm::SeriesKind::kGauge);
+  CHECK(gauge_info->gauge_mode == shm::GaugeMode::kLiveMostRecent);
+  CHECK(gauge_info->labels.empty());
+  CHECK(histogram_info->kind == shm::SeriesKind::kHistogram);
+  CHECK(histogram_info->bounds == std::vector<double>{0.1, 0.5, 1.0});
+  CHECK(histogram_info->labels == shm::LabelPairs{{"model_name", "m"}, {"priority", "1"}});
+
+  shm::SeriesValue value;
+  reader.read_value(*gauge_info, value);
+  CHECK(value.set_ns == 0);  // never set
+
+  writer.counter_add(counter, 5);
+  writer.counter_add(counter, 2.5);
+  writer.gauge_set(gauge, -3.25, 123456);
+  writer.histogram_observe(histogram, 0.3, 1, 0.3);
+  writer.histogram_observe(histogram, 0.3, 1, 0.3);
+
+  reader.read_value(*counter_info, value);
+  CHECK(value.value == 7.5);
+  reader.read_value(*gauge_info, value);
+  CHECK(value.value == -3.25);
+  CHECK(value.set_ns == 123456);
+  CHECK(value.consistent);
+  reader.read_value(*histogram_info, value);
+  CHECK(value.counts == std::vector<std::uint64_t>{0, 2, 0, 0});
+  CHECK(value.sum == Approx(0.6));
+  CHECK(value.consistent);
+
+  SECTION("a second writer over the same block resumes where the first stopped") {
+    shm::CumulativeWriter resumed = block.writer();
+    CHECK(resumed.series_count() == 3);
+    std::uint32_t next = 0;
+    REQUIRE(resumed.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "other_total", {}, {}, next) ==
+            shm::RegisterStatus::kOk);
+    CHECK(next == 3);
+    const auto info = reader.read_descriptor(next);
+    REQUIRE(info);
+    CHECK(info->values_offset > histogram_info->values_offset);
+  }
+}
+
+TEST_CASE("Histogram observations land in the first bucket whose upper bound is at least the value",
+          "[cumulative]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  const shm::CumulativeReader reader = block.reader();
+  const double bounds[] = {1, 2, 5};
+  std::uint32_t id = 0;
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "latency_seconds", {}, bounds,
+                                 id) == shm::RegisterStatus::kOk);
+  const auto info = reader.read_descriptor(id);
+  REQUIRE(info);
+
+  writer.histogram_observe(id, -4, 1, -4);    // below the first bound
+  writer.histogram_observe(id, 1, 1, 1);      // equal to a bound: that bucket (le)
+  writer.histogram_observe(id, 1.0001, 1, 1.0001);
+  writer.histogram_observe(id, 2, 1, 2);
+  writer.histogram_observe(id, 5, 1, 5);      // equal to the last bound
+  writer.histogram_observe(id, 5.5, 1, 5.5);  // above the last bound: +Inf
+  writer.histogram_observe(id, std::numeric_limits<double>::infinity(), 1, 0);
+  writer.histogram_observe(id, 0.5, 40, 20);  // bulk observe: 40 samples of 0.5
+
+  shm::SeriesValue value;
+  reader.read_value(*info, value);
+  CHECK(value.counts == std::vector<std::uint64_t>{42, 2, 1, 2});
+  CHECK(value.sum == Approx(-4 + 1 + 1.0001 + 2 + 5 + 5.5 + 20));
+
+  SECTION("a histogram without finite bounds has only the +Inf bucket") {
+    std::uint32_t bare = 0;
+    REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "bare", {}, {}, bare) ==
+            shm::RegisterStatus::kOk);
+    writer.histogram_observe(bare, 123, 3, 369);
+    const auto bare_info = reader.read_descriptor(bare);
+    REQUIRE(bare_info);
+    reader.read_value(*bare_info, value);
+    CHECK(value.counts == std::vector<std::uint64_t>{3});
+    CHECK(value.sum == 369);
+  }
+  SECTION("histograms with equal bounds share one copy of them") {
+    const std::uint32_t used = block.header().bounds_used;
+    std::uint32_t twin = 0;
+    REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "latency_seconds",
+                                   {{"stage", "b"}}, bounds, twin) == shm::RegisterStatus::kOk);
+    CHECK(block.header().bounds_used == used);
+    CHECK(block.descriptor(twin).bounds_offset == block.descriptor(id).bounds_offset);
+  }
+}
+
+TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as registration failures",
+          "[cumulative]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  std::uint32_t id = 12345;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  auto counter = [&](std::string family, shm::LabelPairs labels = {}) {
+    return writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family, labels, {}, id);
+  };
+  auto histogram = [&](std::vector<double> bounds) {
+    return writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds, id);
+  };
+
+  CHECK(counter("") == shm::RegisterStatus::kInvalid);
+  CHECK(counter("1abc") == shm::RegisterStatus::kInvalid);
+  CHECK(counter("a-b") == shm::RegisterStatus::kInvalid);
+  CHECK(counter("a b") == shm::RegisterStatus::kInvalid);
+  CHECK(counter(std::string(shm::kFamilyNameBytes, 'a')) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"__reserved", "v"}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"1st", "v"}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"a:b", "v"}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"", "v"}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"name", std::string("nul\0inside", 10)}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"name", std::string(shm::kSeriesLabelBytes, 'v')}}) == shm::RegisterStatus::kInvalid);
+  CHECK(histogram({1, 1}) == shm::RegisterStatus::kInvalid);
+  CHECK(histogram({2, 1}) == shm::RegisterStatus::kInvalid);
+  CHECK(histogram({1, nan}) == shm::RegisterStatus::kInvalid);
+  CHECK(histogram({1, inf}) == shm::RegisterStatus::kInvalid);
+  CHECK(histogram(std::vector<double>(shm::kMaxHistogramBuckets + 1u, 0)) == shm::RegisterStatus::kInvalid);
+  const double one_bound[] = {1.0};
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, one_bound, id) ==
+        shm::RegisterStatus::kInvalid);
+  CHECK(writer.register_series(shm::SeriesKind::kGauge, static_cast<shm::GaugeMode>(shm::kGaugeModeCount), "g", {},
+                               {}, id) == shm::RegisterStatus::kInvalid);
+
+  CHECK(failures(block) == 18);
+  CHECK(id == 12345);  // untouched on failure
+  CHECK(writer.series_count() == 0);
+  CHECK(block.reader().published_series() == 0);
+
+  SECTION("valid names at the edges of the rules are accepted") {
+    CHECK(counter("sglang:x_1") == shm::RegisterStatus::kOk);
+    CHECK(counter(":colon_first") == shm::RegisterStatus::kOk);
+    CHECK(counter(std::string(shm::kFamilyNameBytes - 1, 'a')) == shm::RegisterStatus::kOk);
+    CHECK(counter("ok", {{"_x", ""}, {"y9", "any value \xe2\x9c\x93"}}) == shm::RegisterStatus::kOk);
+    CHECK(histogram(std::vector<double>{-1, 0, 1e300}) == shm::RegisterStatus::kOk);
+    CHECK(failures(block) == 18);
+  }
+}
+
+TEST_CASE("A full registry reports kFull and counts the failure", "[cumulative]") {
+  SECTION("out of descriptors") {
+    CumulativeBlock block({2, 16, 64});
+    shm::CumulativeWriter writer = block.writer();
+    std::uint32_t id = 0;
+    CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "a", {}, {}, id) ==
+          shm::RegisterStatus::kOk);
+    CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "b", {}, {}, id) ==
+          shm::RegisterStatus::kOk);
+    CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id) ==
+          shm::RegisterStatus::kFull);
+    CHECK(failures(block) == 1);
+    CHECK(block.reader().published_series() == 2);
+  }
+  SECTION("out of value words") {
+    CumulativeBlock block({16, 16, 4});
+    shm::CumulativeWriter writer = block.writer();
+    std::uint32_t id = 0;
+    CHECK(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kAll, "g", {}, {}, id) ==
+          shm::RegisterStatus::kOk);  // 3 words
+    CHECK(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kAll, "g2", {}, {}, id) ==
+          shm::RegisterStatus::kFull);
+    CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id) ==
+          shm::RegisterStatus::kOk);  // the last word
+    CHECK(failures(block) == 1);
+  }
+  SECTION("out of bucket bounds") {
+    CumulativeBlock block({16, 4, 1024});
+    shm::CumulativeWriter writer = block.writer();
+    std::uint32_t id = 0;
+    const double three[] = {1, 2, 3};
+    const double other[] = {4, 5};
+    CHECK(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, three, id) ==
+          shm::RegisterStatus::kOk);
+    CHECK(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h2", {}, other, id) ==
+          shm::RegisterStatus::kFull);
+    CHECK(failures(block) == 1);
+  }
+}
+
+TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  const double bounds[] = {1, 2, 3};
+  std::uint32_t counter = 0;
+  std::uint32_t histogram = 0;
+  REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c_total", {{"a", "b"}}, {},
+                                 counter) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds, histogram) ==
+          shm::RegisterStatus::kOk);
+  const shm::CumulativeReader reader = block.reader();
+  REQUIRE(reader.read_descriptor(counter));
+  REQUIRE(reader.read_descriptor(histogram));
+
+  shm::SeriesDescriptor& c = block.descriptor(counter);
+  shm::SeriesDescriptor& h = block.descriptor(histogram);
+  SECTION("an unknown kind") {
+    c.kind = GENERATE(std::uint8_t{0}, std::uint8_t{4}, std::uint8_t{255});
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("an unknown gauge mode") {
+    c.gauge_mode = shm::kGaugeModeCount;
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a family name without a terminating NUL") {
+    std::memset(c.family, 'a', sizeof c.family);
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a family name that breaks the naming rule") {
+    std::memcpy(c.family, "bad name", 9);
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a label list without its terminator") {
+    std::memset(c.labels, 'x', sizeof c.labels);
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("values past the end of the values area") {
+    c.values_offset = kRoomy.values_capacity;
+    CHECK_FALSE(reader.read_descriptor(counter));
+    c.values_offset = 0xFFFFFFFFu;
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a counter claiming buckets") {
+    c.bucket_count = 2;
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("more buckets than allowed") {
+    h.bucket_count = shm::kMaxHistogramBuckets + 1;
+    CHECK_FALSE(reader.read_descriptor(histogram));
+  }
+  SECTION("bounds past the end of the bounds area") {
+    h.bounds_offset = kRoomy.bounds_capacity - 1;
+    CHECK_FALSE(reader.read_descriptor(histogram));
+  }
+  SECTION("bounds that are not increasing") {
+    block.region().bounds[h.bounds_offset + 1] = 0.5;
+    CHECK_FALSE(reader.read_descriptor(histogram));
+  }
+  SECTION("an index beyond the capacity") { CHECK_FALSE(reader.read_descriptor(kRoomy.series_capacity)); }
+  SECTION("a series count beyond the capacity is clamped") {
+    block.header().series_count = 1000;
+    CHECK(reader.published_series() == kRoomy.series_capacity);
+  }
+}
+
+TEST_CASE("Label lists round-trip through their encoding and malformed bytes decode to nothing", "[cumulative]") {
+  char buffer[64];
+  const shm::LabelPairs labels{{"a", "1"}, {"b_c", ""}, {"d", "x y"}};
+  REQUIRE(shm::encode_label_pairs(labels, buffer, sizeof buffer));
+  const auto decoded = shm::decode_label_pairs(buffer, sizeof buffer);
+  REQUIRE(decoded);
+  CHECK(*decoded == labels);
+
+  REQUIRE(shm::encode_label_pairs({}, buffer, sizeof buffer));
+  CHECK(shm::decode_label_pairs(buffer, sizeof buffer) == shm::LabelPairs{});
+
+  CHECK_FALSE(shm::encode_label_pairs({{"name", std::string(60, 'v')}}, buffer, sizeof buffer));
+  std::memset(buffer, 'z', sizeof buffer);
+  CHECK_FALSE(shm::decode_label_pairs(buffer, sizeof buffer));
+  std::memcpy(buffer, "name\0value", 10);  // value never terminated within 10 bytes
+  CHECK_FALSE(shm::decode_label_pairs(buffer, 10));
+}
