@@ -98,7 +98,9 @@ int fail_with(Status status, std::string_view message) {
   return static_cast<int>(status);
 }
 
-int result(Status status) { return status == Status::kOk ? RANKSTAT_OK : fail(status); }
+int result(Status status) {
+  return status == Status::kOk ? RANKSTAT_OK : fail(status);
+}
 
 // Called from the catch-all of every function: whatever escaped is reported, never propagated.
 int internal_error() {
@@ -140,25 +142,31 @@ extern "C" {
 
 void rankstat_identity_init(rankstat_identity* identity) {
   if (identity == nullptr) return;
-  // Mirrors the defaults of shm::SegmentIdentity; NULL strings select its default strings.
-  const rankstat::shm::SegmentIdentity defaults;
   std::memset(identity, 0, sizeof *identity);
   identity->struct_size = sizeof(rankstat_identity);
-  identity->role = static_cast<std::uint32_t>(defaults.role);
-  identity->tp_rank = defaults.tp_rank;
-  identity->pp_rank = defaults.pp_rank;
-  identity->dp_rank = defaults.dp_rank;
-  identity->moe_ep_rank = defaults.moe_ep_rank;
-  identity->attn_tp_rank = defaults.attn_tp_rank;
-  identity->attn_dp_rank = defaults.attn_dp_rank;
-  identity->attn_cp_rank = defaults.attn_cp_rank;
-  identity->tp_size = defaults.tp_size;
-  identity->pp_size = defaults.pp_size;
-  identity->dp_size = defaults.dp_size;
-  identity->flags = defaults.flags;
+  try {
+    // Mirrors the defaults of shm::SegmentIdentity; NULL strings select its default strings. (Its
+    // default strings fit the small-string buffer, so this cannot throw in practice.)
+    const rankstat::shm::SegmentIdentity defaults;
+    identity->role = static_cast<std::uint32_t>(defaults.role);
+    identity->tp_rank = defaults.tp_rank;
+    identity->pp_rank = defaults.pp_rank;
+    identity->dp_rank = defaults.dp_rank;
+    identity->moe_ep_rank = defaults.moe_ep_rank;
+    identity->attn_tp_rank = defaults.attn_tp_rank;
+    identity->attn_dp_rank = defaults.attn_dp_rank;
+    identity->attn_cp_rank = defaults.attn_cp_rank;
+    identity->tp_size = defaults.tp_size;
+    identity->pp_size = defaults.pp_size;
+    identity->dp_size = defaults.dp_size;
+    identity->flags = defaults.flags;
+  } catch (...) {
+    internal_error();
+  }
 }
 
-int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry, rankstat_reporter** out) {
+int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry,
+                  rankstat_reporter** out) {
   if (out != nullptr) *out = nullptr;
   try {
     if (out == nullptr || identity == nullptr) {
@@ -176,8 +184,8 @@ int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* ge
                            " is smaller than sizeof(rankstat_geometry) " + std::to_string(kGeometryV1Bytes));
     }
     if (identity->role < RANKSTAT_ROLE_SCHEDULER || identity->role > RANKSTAT_ROLE_OTHER) {
-      return fail_with(Status::kInvalidArgument,
-                       "rankstat_open: unknown role " + std::to_string(identity->role) + " (RANKSTAT_ROLE_*)");
+      return fail_with(Status::kInvalidArgument, "rankstat_open: unknown role " +
+                                                     std::to_string(identity->role) + " (RANKSTAT_ROLE_*)");
     }
 
     rankstat::ReporterOptions options;
@@ -239,10 +247,12 @@ int rankstat_report_scheduler(rankstat_reporter* reporter, const void* snapshot,
   try {
     if (reporter == nullptr) return fail(Status::kClosed);
     if (snapshot == nullptr || snapshot_bytes != sizeof(rankstat::shm::SchedulerSnapshot)) {
-      return fail(Status::kInvalidArgument,
-                  "rankstat_report_scheduler: snapshot must point at rankstat_scheduler_snapshot_bytes() bytes");
+      return fail(
+          Status::kInvalidArgument,
+          "rankstat_report_scheduler: snapshot must point at rankstat_scheduler_snapshot_bytes() bytes");
     }
-    if (priority_count > rankstat::shm::kMaxPriorityCounts || (priority_count != 0 && priorities == nullptr)) {
+    if (priority_count > rankstat::shm::kMaxPriorityCounts ||
+        (priority_count != 0 && priorities == nullptr)) {
       return fail(Status::kInvalidArgument,
                   "rankstat_report_scheduler: priorities must be non-NULL and at most 64 entries");
     }
@@ -253,8 +263,9 @@ int rankstat_report_scheduler(rankstat_reporter* reporter, const void* snapshot,
     std::memcpy(&copy, snapshot, sizeof copy);
     copy.priority_count = priority_count;
     const std::span<const std::uint8_t> fixed(reinterpret_cast<const std::uint8_t*>(&copy), sizeof copy);
-    const std::span<const std::uint8_t> entries(static_cast<const std::uint8_t*>(priorities),
-                                                std::size_t{priority_count} * sizeof(rankstat::shm::PriorityCount));
+    const std::span<const std::uint8_t> entries(
+        static_cast<const std::uint8_t*>(priorities),
+        std::size_t{priority_count} * sizeof(rankstat::shm::PriorityCount));
     return result(reporter->reporter.append_record(rankstat::shm::RecordType::kSchedulerSnapshot,
                                                    rankstat::shm::kSchedulerSnapshotVersion, fixed, entries));
   } catch (...) {
@@ -273,7 +284,8 @@ int rankstat_heartbeat(rankstat_reporter* reporter) {
 }
 
 int rankstat_register_counter(rankstat_reporter* reporter, const char* family, uint32_t label_count,
-                              const char* const* label_names, const char* const* label_values, uint32_t* out_id) {
+                              const char* const* label_names, const char* const* label_values,
+                              uint32_t* out_id) {
   try {
     if (reporter == nullptr) return fail(Status::kClosed);
     if (family == nullptr || out_id == nullptr) {
@@ -290,8 +302,9 @@ int rankstat_register_counter(rankstat_reporter* reporter, const char* family, u
   }
 }
 
-int rankstat_register_gauge(rankstat_reporter* reporter, const char* family, uint32_t mode, uint32_t label_count,
-                            const char* const* label_names, const char* const* label_values, uint32_t* out_id) {
+int rankstat_register_gauge(rankstat_reporter* reporter, const char* family, uint32_t mode,
+                            uint32_t label_count, const char* const* label_names,
+                            const char* const* label_values, uint32_t* out_id) {
   try {
     if (reporter == nullptr) return fail(Status::kClosed);
     if (family == nullptr || out_id == nullptr) {
@@ -319,8 +332,9 @@ int rankstat_register_histogram(rankstat_reporter* reporter, const char* family,
   try {
     if (reporter == nullptr) return fail(Status::kClosed);
     if (family == nullptr || out_id == nullptr || (bound_count != 0 && bounds == nullptr)) {
-      return fail(Status::kInvalidArgument,
-                  "rankstat_register_histogram: family, out_id and bounds (when bound_count > 0) must not be NULL");
+      return fail(
+          Status::kInvalidArgument,
+          "rankstat_register_histogram: family, out_id and bounds (when bound_count > 0) must not be NULL");
     }
     rankstat::shm::LabelPairs labels;
     if (!read_labels(label_count, label_names, label_values, labels)) {
@@ -375,14 +389,23 @@ uint64_t rankstat_dropped_records(const rankstat_reporter* reporter) {
   return reporter == nullptr ? 0 : reporter->reporter.dropped_records();
 }
 
-uint32_t rankstat_layout_major(void) { return rankstat::shm::kLayoutMajor; }
-uint32_t rankstat_layout_minor(void) { return rankstat::shm::kLayoutMinor; }
-uint64_t rankstat_layout_hash(void) { return rankstat::shm::kLayoutHash; }
-uint32_t rankstat_scheduler_snapshot_bytes(void) { return sizeof(rankstat::shm::SchedulerSnapshot); }
+uint32_t rankstat_layout_major(void) {
+  return rankstat::shm::kLayoutMajor;
+}
+uint32_t rankstat_layout_minor(void) {
+  return rankstat::shm::kLayoutMinor;
+}
+uint64_t rankstat_layout_hash(void) {
+  return rankstat::shm::kLayoutHash;
+}
+uint32_t rankstat_scheduler_snapshot_bytes(void) {
+  return sizeof(rankstat::shm::SchedulerSnapshot);
+}
 
 int rankstat_scheduler_field(uint32_t index, const char** name, uint32_t* offset, uint32_t* type) {
   constexpr auto kFields = std::span(rankstat::shm::kSchedulerScalarFields);
-  if (index >= kFields.size()) return fail(Status::kInvalidArgument, "rankstat_scheduler_field: index past the last field");
+  if (index >= kFields.size())
+    return fail(Status::kInvalidArgument, "rankstat_scheduler_field: index past the last field");
   const rankstat::shm::ScalarField& field = kFields[index];
   if (name != nullptr) *name = field.name;
   if (offset != nullptr) *offset = field.offset;

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <utility>
 
 #include "rankstat/shmproto/process.hpp"
@@ -88,7 +87,9 @@ std::string default_shm_dir() {
   return "/dev/shm";
 }
 
-Reporter::~Reporter() { close(); }
+Reporter::~Reporter() {
+  close();
+}
 
 // The ring and cumulative writers hold raw pointers into the mapping. Moving a MappedFile transfers the
 // mapping without remapping it, so those pointers stay valid in the destination; the source is reset to
@@ -125,7 +126,8 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     error_.clear();
     path_.clear();
     const auto role = static_cast<std::uint32_t>(options.identity.role);
-    if (role < static_cast<std::uint32_t>(shm::Role::kScheduler) || role > static_cast<std::uint32_t>(shm::Role::kOther)) {
+    if (role < static_cast<std::uint32_t>(shm::Role::kScheduler) ||
+        role > static_cast<std::uint32_t>(shm::Role::kOther)) {
       error_ = "role must be scheduler, tokenizer, detokenizer or other";
       return Status::kInvalidArgument;
     }
@@ -133,10 +135,6 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     create.directory = options.shm_dir.empty() ? default_shm_dir() : options.shm_dir;
     create.mode = options.mode;
     create.geometry = options.geometry;
-    // Reserved up front so registration never reallocates after a series exists in shared memory: a
-    // failed push_back there would leave a published series without a recorded kind.
-    std::vector<std::uint8_t> kinds;
-    kinds.reserve(options.geometry.series_capacity);
     shm::CreateResult created = shm::create_segment(options.identity, create);
     if (created.error != shm::CreateError::kNone) {
       error_ = std::move(created.message);
@@ -144,19 +142,23 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     }
     file_ = std::move(created.file);
     path_ = std::move(created.path);
-    series_kinds_ = std::move(kinds);
     unlink_on_close_ = options.unlink_on_close;
+    // Reserved up front so registration never reallocates after a series exists in shared memory: a
+    // failed push_back there would leave a published series without a recorded kind.
+    series_kinds_.clear();
+    series_kinds_.reserve(options.geometry.series_capacity);
     shm::SegmentHeader* header = file_.header();
-    ring_ = shm::RingWriter(header, file_.bytes() + header->ring_offset, header->ring_bytes, header->max_record_bytes);
+    ring_ = shm::RingWriter(header, file_.bytes() + header->ring_offset, header->ring_bytes,
+                            header->max_record_bytes);
     cumulative_ = shm::CumulativeWriter(
         shm::cumulative_region(file_.bytes() + header->cumulative_offset, options.geometry.cumulative()));
     return Status::kOk;
-  } catch (const std::bad_alloc&) {
-    file_.reset();
-    error_.clear();  // assigning a message could throw again
-    return Status::kIo;
   } catch (...) {
-    file_.reset();
+    // Out of memory. A segment already published is retired (closed and unlinked) so the daemon does
+    // not wait for records from a reporter that never came up.
+    if (file_.valid()) shm::close_segment(file_, path_, true);
+    error_.clear();  // assigning a message could throw again
+    path_.clear();
     return Status::kIo;
   }
 }
@@ -169,8 +171,9 @@ Status Reporter::report_scheduler(const shm::SchedulerSnapshot& snapshot,
   const std::span<const std::uint8_t> tail(reinterpret_cast<const std::uint8_t*>(priorities.data()),
                                            priorities.size_bytes());
   if (snapshot.priority_count == count) {
-    return status_from_append(ring_.append(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
-                                           bytes_of(snapshot), tail, shm::monotonic_ns()));
+    return status_from_append(ring_.append(shm::RecordType::kSchedulerSnapshot,
+                                           shm::kSchedulerSnapshotVersion, bytes_of(snapshot), tail,
+                                           shm::monotonic_ns()));
   }
   // The record must state the number of entries it really carries; patch a stack copy, never the
   // caller's struct (it may be const or shared with another reporter).
@@ -181,7 +184,8 @@ Status Reporter::report_scheduler(const shm::SchedulerSnapshot& snapshot,
                                          bytes_of(patched), tail, shm::monotonic_ns()));
 }
 
-Status Reporter::append_record(shm::RecordType type, std::uint16_t type_version, std::span<const std::uint8_t> first,
+Status Reporter::append_record(shm::RecordType type, std::uint16_t type_version,
+                               std::span<const std::uint8_t> first,
                                std::span<const std::uint8_t> second) noexcept {
   if (!is_open()) return Status::kClosed;
   // A record typed as padding would make the consumer skip to the end of the ring and report corruption.
@@ -194,11 +198,12 @@ void Reporter::heartbeat() noexcept {
   shm::shared(file_.header()->heartbeat_ns).store(shm::monotonic_ns(), std::memory_order_relaxed);
 }
 
-Status Reporter::register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id) noexcept {
+Status Reporter::register_counter(std::string_view family, const shm::LabelPairs& labels,
+                                  std::uint32_t& id) noexcept {
   if (!is_open()) return Status::kClosed;
   std::uint32_t index = 0;
-  const Status status = status_from_register(
-      cumulative_.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family, labels, {}, index));
+  const Status status = status_from_register(cumulative_.register_series(
+      shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family, labels, {}, index));
   if (status != Status::kOk) return status;
   series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kCounter));
   id = index;
@@ -209,8 +214,8 @@ Status Reporter::register_gauge(std::string_view family, shm::GaugeMode mode, co
                                 std::uint32_t& id) noexcept {
   if (!is_open()) return Status::kClosed;
   std::uint32_t index = 0;
-  const Status status =
-      status_from_register(cumulative_.register_series(shm::SeriesKind::kGauge, mode, family, labels, {}, index));
+  const Status status = status_from_register(
+      cumulative_.register_series(shm::SeriesKind::kGauge, mode, family, labels, {}, index));
   if (status != Status::kOk) return status;
   series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kGauge));
   id = index;
@@ -221,8 +226,8 @@ Status Reporter::register_histogram(std::string_view family, const shm::LabelPai
                                     std::span<const double> bounds, std::uint32_t& id) noexcept {
   if (!is_open()) return Status::kClosed;
   std::uint32_t index = 0;
-  const Status status = status_from_register(
-      cumulative_.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, family, labels, bounds, index));
+  const Status status = status_from_register(cumulative_.register_series(
+      shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, family, labels, bounds, index));
   if (status != Status::kOk) return status;
   series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kHistogram));
   id = index;
@@ -257,7 +262,8 @@ Status Reporter::histogram_observe(std::uint32_t id, double value) noexcept {
 
 Status Reporter::histogram_observe_many(std::uint32_t id, double value, std::uint64_t count,
                                         double sum_delta) noexcept {
-  if (const Status status = check_series(id, shm::SeriesKind::kHistogram); status != Status::kOk) return status;
+  if (const Status status = check_series(id, shm::SeriesKind::kHistogram); status != Status::kOk)
+    return status;
   cumulative_.histogram_observe(id, value, count, sum_delta);
   return Status::kOk;
 }

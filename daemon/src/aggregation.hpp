@@ -79,9 +79,6 @@ bool exports_engine_metrics(const shm::SegmentHeader& identity);
 // Gauge mode of a scheduler snapshot field (mostrecent, except SGLang's retract/pause gauges: all).
 shm::GaugeMode snapshot_field_mode(std::string_view field);
 
-// Help text for an engine family (our own words; no backslashes or newlines).
-std::string_view engine_help(std::string_view family);
-
 // Adds every engine family that the generations contribute.
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, FamilySet& out);
 

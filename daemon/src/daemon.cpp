@@ -294,6 +294,7 @@ int Daemon::run() {
   http::ServerOptions options;
   options.listen_address = s.config.listen_address;
   options.max_connections = s.config.max_connections;
+  options.gzip_level = s.config.gzip_level;
   s.server = std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
   s.registry.scan(shm::monotonic_ns());
   s.registry.drain_all(shm::monotonic_ns());

@@ -82,6 +82,26 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     const bool none = (entry.flags & shm::kPriorityIsNone) != 0;
     seen_priorities_.insert(SeenPriority{entry.queue, none ? 0 : entry.priority, none});
   }
+  switch (static_cast<shm::ReportKind>(scheduler_.fixed.report_kind)) {
+    case shm::ReportKind::kPrefill:
+      last_cache_hit_rate_ = scheduler_.fixed.cache_hit_rate;
+      scheduler_.fixed.gen_throughput = last_gen_throughput_;
+      break;
+    case shm::ReportKind::kDecode:
+      scheduler_.fixed.cache_hit_rate = last_cache_hit_rate_;
+      last_gen_throughput_ = scheduler_.fixed.gen_throughput;
+      last_decode_ns_ = header.timestamp_ns;
+      break;
+    case shm::ReportKind::kIdle:
+      scheduler_.fixed.cache_hit_rate = last_cache_hit_rate_;
+      scheduler_.fixed.gen_throughput = 0;
+      last_gen_throughput_ = 0;
+      break;
+    case shm::ReportKind::kUnspecified:
+      last_cache_hit_rate_ = scheduler_.fixed.cache_hit_rate;
+      last_gen_throughput_ = scheduler_.fixed.gen_throughput;
+      break;
+  }
   scheduler_.present = true;
   scheduler_.timestamp_ns = header.timestamp_ns;
   scheduler_.sequence = header.sequence;
@@ -111,6 +131,12 @@ double RankSegment::ring_fill_ratio() const {
   const std::uint64_t ring_bytes = opened_.identity.ring_bytes;
   if (p.tail < ring_.head() || ring_bytes == 0) return 0;
   return std::min(1.0, static_cast<double>(p.tail - ring_.head()) / static_cast<double>(ring_bytes));
+}
+
+void RankSegment::apply_staleness(std::uint64_t now_ns, std::uint64_t stale_after_ns) {
+  if (last_decode_ns_ == 0 || now_ns <= last_decode_ns_ || now_ns - last_decode_ns_ <= stale_after_ns) return;
+  last_gen_throughput_ = 0;
+  scheduler_.fixed.gen_throughput = 0;
 }
 
 void RankSegment::update_rate(std::uint64_t now_ns) {

@@ -79,6 +79,9 @@ class RankSegment {
   // Records accepted by the writer per second, over the last few seconds.
   double records_per_second() const { return records_per_second_; }
   void update_rate(std::uint64_t now_ns);
+  // SGLang's idle rule: gen_throughput is decode-owned and falls to 0 once no decode report has come
+  // for `stale_after_ns` (a rank with no traffic must not show its last burst forever).
+  void apply_staleness(std::uint64_t now_ns, std::uint64_t stale_after_ns);
 
  private:
   void apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload);
@@ -94,6 +97,11 @@ class RankSegment {
   std::vector<SeriesState> series_;
   std::uint32_t descriptors_seen_ = 0;
   std::set<SeenPriority> seen_priorities_;
+  // Report-kind ownership: a decode report does not reset the prefill-owned cache_hit_rate, a prefill
+  // report does not reset the decode-owned gen_throughput.
+  double last_cache_hit_rate_ = 0;
+  double last_gen_throughput_ = 0;
+  std::uint64_t last_decode_ns_ = 0;
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
   bool ring_corrupt_ = false;

@@ -11,6 +11,11 @@
 
 namespace rankstat {
 
+namespace {
+// SGLang refreshes an idle rank's stats after 30 s without a batch and reports gen_throughput 0.
+constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;
+}  // namespace
+
 SegmentRegistry::SegmentRegistry(std::string directory, std::vector<std::string> instances)
     : directory_(std::move(directory)), instances_(std::move(instances)) {}
 
@@ -128,6 +133,7 @@ void SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::millisec
     RankSegment& s = *t.current;
     const RankState before = s.state();
     const RankState after = evaluate_liveness(s, t.pid_visible, now_ns, stall_after);
+    s.apply_staleness(now_ns, kGenThroughputStaleNs);
     if (after == before) {
       s.update_rate(now_ns);
       continue;

@@ -391,8 +391,9 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Phase { awaiting_request, receiving_request, handling, writing, lingering };
 
   static std::size_t read_buffer_limit(const ServerOptions& options) {
+    const std::uint64_t headroom = std::uint64_t{options.max_header_bytes} + kReadBufferSlackBytes;
     const std::uint64_t limit =
-        std::uint64_t{options.max_header_bytes} + options.max_body_bytes + kReadBufferSlackBytes;
+        options.max_body_bytes > UINT64_MAX - headroom ? UINT64_MAX : options.max_body_bytes + headroom;
     return static_cast<std::size_t>(std::min<std::uint64_t>(limit, SIZE_MAX));
   }
 
@@ -684,8 +685,8 @@ void detail::ServerCore::stop() {
 }
 
 void detail::ServerCore::tear_down() {
+  torn_down_ = true;  // first, so that no request is handed over even if what follows throws
   stop();
-  torn_down_ = true;
   for (Session* session : session_snapshot()) session->force_close();
 }
 
@@ -696,7 +697,12 @@ Server::Server(boost::asio::io_context& io, ServerOptions options, Handler handl
     : core_(std::make_shared<detail::ServerCore>(io, std::move(options), std::move(handler))) {}
 
 Server::~Server() {
-  core_->tear_down();
+  try {
+    core_->tear_down();
+  } catch (const std::exception& error) {
+    // Only allocation or timer failures get here; the handler is already cut off.
+    spdlog::warn("HTTP server teardown incomplete: {}", error.what());
+  }
 }
 
 void Server::start() {

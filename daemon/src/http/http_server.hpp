@@ -64,8 +64,9 @@ using Handler = std::function<Response(const Request&)>;
 inline constexpr std::size_t kMinCompressibleBodyBytes = 1024;
 
 struct ServerOptions {
-  std::string listen_address =
-      ":9473";  // "host:port", ":port" (all interfaces), "[::1]:port"; port 0 = ephemeral
+  // "host:port", ":port" (all interfaces, dual-stack when IPv6 is available), "[::1]:port";
+  // port 0 = ephemeral.
+  std::string listen_address = ":9473";
   std::size_t max_connections = 64;  // beyond this, new connections get a 503 and are closed at once
   std::chrono::milliseconds read_timeout{10000};  // whole-request deadline (slowloris defence)
   std::chrono::milliseconds write_timeout{30000};
@@ -104,14 +105,14 @@ class Server {
   // the handler.
   void stop();
 
-  std::uint16_t port() const;         // the bound port, useful with port 0
-  std::string bound_address() const;  // e.g. "127.0.0.1:41234" or "[::1]:41234"
+  [[nodiscard]] std::uint16_t port() const;         // the bound port, useful with port 0
+  [[nodiscard]] std::string bound_address() const;  // e.g. "127.0.0.1:41234" or "[::1]:41234"
 
   // Self-metrics; any thread may read them.
-  std::uint64_t requests_total() const;              // requests answered, including 405 and 500
-  std::uint64_t connections_rejected_total() const;  // refused because of max_connections
-  std::uint64_t active_connections() const;
-  std::uint64_t bad_requests_total() const;  // malformed (400) or oversized (413, 431) requests
+  [[nodiscard]] std::uint64_t requests_total() const;              // requests answered, including 405 and 500
+  [[nodiscard]] std::uint64_t connections_rejected_total() const;  // refused because of max_connections
+  [[nodiscard]] std::uint64_t active_connections() const;
+  [[nodiscard]] std::uint64_t bad_requests_total() const;  // malformed (400) or oversized (413, 431) requests
 
  private:
   // Shared with every connection so that completions arriving after ~Server() never dangle.

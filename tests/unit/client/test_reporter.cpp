@@ -43,8 +43,8 @@ class SegmentView {
   explicit SegmentView(const std::string& path) : opened_(shm::open_segment(path, true)) {
     INFO(opened_.message);
     REQUIRE(opened_.reason == shm::RejectReason::kNone);
-    reader_ = std::make_unique<shm::RingReader>(opened_.file.header(), opened_.ring(), opened_.identity.ring_bytes,
-                                                true);
+    reader_ = std::make_unique<shm::RingReader>(opened_.file.header(), opened_.ring(),
+                                                opened_.identity.ring_bytes, true);
   }
 
   shm::SegmentHeader& live() { return *opened_.file.header(); }
@@ -56,9 +56,10 @@ class SegmentView {
   };
   std::vector<Record> drain() {
     std::vector<Record> out;
-    const shm::DrainStats stats = reader_->drain([&](const shm::RecordHeader& h, std::span<const std::uint8_t> p) {
-      out.push_back({h, std::vector<std::uint8_t>(p.begin(), p.end())});
-    });
+    const shm::DrainStats stats =
+        reader_->drain([&](const shm::RecordHeader& h, std::span<const std::uint8_t> p) {
+          out.push_back({h, std::vector<std::uint8_t>(p.begin(), p.end())});
+        });
     CHECK(stats.status == shm::DrainStatus::kOk);
     return out;
   }
@@ -258,9 +259,12 @@ TEST_CASE("Counters, gauges and histograms registered through a reporter reach t
   std::uint32_t gauge = 0;
   std::uint32_t histogram = 0;
   const double bounds[] = {0.01, 0.1, 1};
-  REQUIRE(reporter.register_counter("sglang:generation_tokens_total", {{"model_name", "m"}}, counter) == Status::kOk);
-  REQUIRE(reporter.register_gauge("sglang:cache_hit_rate", shm::GaugeMode::kMostRecent, {}, gauge) == Status::kOk);
-  REQUIRE(reporter.register_histogram("sglang:time_to_first_token_seconds", {}, bounds, histogram) == Status::kOk);
+  REQUIRE(reporter.register_counter("sglang:generation_tokens_total", {{"model_name", "m"}}, counter) ==
+          Status::kOk);
+  REQUIRE(reporter.register_gauge("sglang:cache_hit_rate", shm::GaugeMode::kMostRecent, {}, gauge) ==
+          Status::kOk);
+  REQUIRE(reporter.register_histogram("sglang:time_to_first_token_seconds", {}, bounds, histogram) ==
+          Status::kOk);
 
   CHECK(reporter.counter_add(counter, 10) == Status::kOk);
   CHECK(reporter.counter_add(counter, 0.5) == Status::kOk);
@@ -292,7 +296,8 @@ TEST_CASE("Counters, gauges and histograms registered through a reporter reach t
   CHECK(value.sum == Approx(0.05 + 0.1 + 9.0));
 }
 
-TEST_CASE("Updates with the wrong kind, an unknown id or a negative counter delta are rejected", "[reporter]") {
+TEST_CASE("Updates with the wrong kind, an unknown id or a negative counter delta are rejected",
+          "[reporter]") {
   TempDir dir;
   Reporter reporter;
   REQUIRE(reporter.open(options_in(dir)) == Status::kOk);
@@ -447,6 +452,11 @@ TEST_CASE("Open failures map to statuses and keep the message", "[reporter]") {
     options.geometry.ring_bytes = 3000;
     CHECK(reporter.open(options) == Status::kInvalidArgument);
     CHECK_THAT(reporter.error_message(), Catch::Contains("power of two"));
+  }
+  SECTION("a cumulative block larger than the contract allows") {
+    ReporterOptions options = options_in(dir);
+    options.geometry.series_capacity = (1u << 20) + 1;
+    CHECK(reporter.open(options) == Status::kInvalidArgument);
   }
   SECTION("an unknown role") {
     ReporterOptions options = options_in(dir);

@@ -5,7 +5,6 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
-#include <regex>
 
 #include "aggregation.hpp"
 #include "rankstat/reporter.hpp"
@@ -47,6 +46,13 @@ void report(Reporter& reporter, int dp_rank) {
   s.fwd_occupancy = 87.5;
   s.num_retracted_reqs = dp_rank;
   const shm::PriorityCount priorities[] = {{0, 0, 0, 0, 6}, {5, 0, 0, 0, 4 + dp_rank}, {0, 1, 0, 0, 2}};
+  // A prefill report owns cache_hit_rate, the decode report after it owns gen_throughput: the
+  // exposition shows both (SGLang's decode log would otherwise reset the hit rate to 0).
+  shm::SchedulerSnapshot prefill = s;
+  prefill.report_kind = static_cast<std::uint32_t>(shm::ReportKind::kPrefill);
+  prefill.gen_throughput = 0;
+  REQUIRE(reporter.report_scheduler(prefill, priorities) == Status::kOk);
+  s.cache_hit_rate = 0;
   REQUIRE(reporter.report_scheduler(s, priorities) == Status::kOk);
   std::uint32_t tokens = 0;
   REQUIRE(reporter.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, tokens) == Status::kOk);
@@ -60,6 +66,19 @@ void report(Reporter& reporter, int dp_rank) {
   REQUIRE(reporter.register_counter("sglang:num_retracted_requests_total", {}, timeouts) ==
           Status::kOk);
   REQUIRE(reporter.counter_add(timeouts, 1) == Status::kOk);
+}
+
+// pid="12345" -> pid="PID": the writer's pid differs on every run.
+std::string normalise_pids(const std::string& text) {
+  std::string out;
+  std::size_t pos = 0;
+  const std::string key = "pid=\"";
+  for (std::size_t hit; (hit = text.find(key, pos)) != std::string::npos;) {
+    const std::size_t end = text.find('"', hit + key.size());
+    out.append(text, pos, hit - pos).append("pid=\"PID\"");
+    pos = end + 1;
+  }
+  return out.append(text, pos);
 }
 
 }  // namespace
@@ -80,7 +99,7 @@ TEST_CASE("the engine exposition matches the golden file") {
   FamilySet set;
   collect_engine_metrics(registry.generations(), set);
   std::string text = prometheus::TextSerializer().Serialize(set.finish());
-  text = std::regex_replace(text, std::regex("pid=\"[0-9]+\""), "pid=\"PID\"");
+  text = normalise_pids(text);
 
   const std::string golden_path = testkit::source_path("tests/golden/engine_metrics.prom");
   if (const char* update = std::getenv("RANKSTAT_UPDATE_GOLDEN"); update != nullptr && std::string(update) == "1") {

@@ -83,9 +83,10 @@ TestConnection::TestConnection(std::uint16_t port, std::chrono::milliseconds io_
   if (fd_ < 0) throw socket_failure("socket");
   if (receive_buffer_bytes > 0 &&
       ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof receive_buffer_bytes) != 0) {
-    const auto error = socket_failure("setsockopt(SO_RCVBUF)");
+    const std::string reason =
+        socket_failure("setsockopt(SO_RCVBUF)").what();  // before close() changes errno
     close();
-    throw error;
+    throw std::runtime_error(reason);
   }
   // Sends are blocking but bounded, like the reads.
   timeval send_timeout{};
@@ -98,9 +99,9 @@ TestConnection::TestConnection(std::uint16_t port, std::chrono::milliseconds io_
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    const auto error = socket_failure("connect");
+    const std::string reason = socket_failure("connect").what();  // before close() changes errno
     close();
-    throw error;
+    throw std::runtime_error(reason);
   }
 }
 

@@ -59,7 +59,7 @@ class RunningServer {
   RunningServer& operator=(const RunningServer&) = delete;
 
   Server& server() { return *server_; }
-  std::uint16_t port() const { return server_->port(); }
+  [[nodiscard]] std::uint16_t port() const { return server_->port(); }
 
   // Runs `work` on the io thread, as the server's contract requires, and waits for it.
   template <typename Work>
@@ -339,8 +339,8 @@ TEST_CASE("a 20 KiB request header gets 431 and the connection is closed") {
   RunningServer running(loopback_options(), echo_target_handler());
   TestConnection client(running.port());
 
-  client.send(rankstat::http::testing::request_text("GET", "/metrics",
-                                                    "X-Padding: " + std::string(20 * 1024, 'a') + "\r\n"));
+  client.send(rankstat::http::testing::request_text(
+      "GET", "/metrics", "X-Padding: " + std::string(std::size_t{20} * 1024, 'a') + "\r\n"));
   const ClientResponse response = client.read_response();
 
   CHECK(response.status == 431);
@@ -427,6 +427,7 @@ TEST_CASE("50 concurrent clients doing keep-alive requests all get their own ans
   // Catch2 assertions are not thread-safe: workers record failures, the test thread checks them.
   std::vector<std::string> failures(kClients);
   std::vector<std::thread> clients;
+  clients.reserve(kClients);
   for (int client_index = 0; client_index < kClients; ++client_index) {
     clients.emplace_back([&, client_index] {
       try {
@@ -565,7 +566,7 @@ TEST_CASE("stop() called from the handler still delivers that response and then 
 }
 
 TEST_CASE("stop() finishes a large in-flight response and closes idle keep-alive connections") {
-  constexpr std::size_t kBodyBytes = 16 * 1024 * 1024;
+  constexpr std::size_t kBodyBytes = std::size_t{16} << 20;
   std::string large_body(kBodyBytes, 'x');
   for (std::size_t i = 0; i < kBodyBytes; i += 4096) large_body[i] = static_cast<char>('a' + (i / 4096) % 26);
   RunningServer running(loopback_options(), [&large_body](const Request& request) {

@@ -1,7 +1,6 @@
 #include "http/systemd_notify.hpp"
 
 #include <poll.h>
-#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -9,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>

@@ -1,11 +1,13 @@
 // The cumulative block: registration, updates as a reader sees them, histogram bucket placement, and
 // a reader that refuses descriptors it cannot trust.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -50,7 +52,8 @@ std::uint32_t failures(CumulativeBlock& block) {
 
 }  // namespace
 
-TEST_CASE("Registered counters, gauges and histograms are visible to a reader with their updates", "[cumulative]") {
+TEST_CASE("Registered counters, gauges and histograms are visible to a reader with their updates",
+          "[cumulative]") {
   CumulativeBlock block(kRoomy);
   shm::CumulativeWriter writer = block.writer();
   const shm::CumulativeReader reader = block.reader();
@@ -60,13 +63,14 @@ TEST_CASE("Registered counters, gauges and histograms are visible to a reader wi
   std::uint32_t gauge = 99;
   std::uint32_t histogram = 99;
   const double bounds[] = {0.1, 0.5, 1.0};
-  REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "sglang:prompt_tokens_total",
-                                 {{"model_name", "m"}}, {}, counter) == shm::RegisterStatus::kOk);
-  REQUIRE(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kLiveMostRecent, "sglang:num_running",
-                                 {}, {}, gauge) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll,
+                                 "sglang:prompt_tokens_total", {{"model_name", "m"}}, {},
+                                 counter) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kLiveMostRecent,
+                                 "sglang:num_running", {}, {}, gauge) == shm::RegisterStatus::kOk);
   REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "sglang:ttft_seconds",
-                                 {{"model_name", "m"}, {"priority", "1"}}, bounds, histogram) ==
-          shm::RegisterStatus::kOk);
+                                 {{"model_name", "m"}, {"priority", "1"}}, bounds,
+                                 histogram) == shm::RegisterStatus::kOk);
   CHECK(counter == 0);
   CHECK(gauge == 1);
   CHECK(histogram == 2);
@@ -113,8 +117,8 @@ TEST_CASE("Registered counters, gauges and histograms are visible to a reader wi
     shm::CumulativeWriter resumed = block.writer();
     CHECK(resumed.series_count() == 3);
     std::uint32_t next = 0;
-    REQUIRE(resumed.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "other_total", {}, {}, next) ==
-            shm::RegisterStatus::kOk);
+    REQUIRE(resumed.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "other_total", {}, {},
+                                    next) == shm::RegisterStatus::kOk);
     CHECK(next == 3);
     const auto info = reader.read_descriptor(next);
     REQUIRE(info);
@@ -129,13 +133,13 @@ TEST_CASE("Histogram observations land in the first bucket whose upper bound is 
   const shm::CumulativeReader reader = block.reader();
   const double bounds[] = {1, 2, 5};
   std::uint32_t id = 0;
-  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "latency_seconds", {}, bounds,
-                                 id) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "latency_seconds", {},
+                                 bounds, id) == shm::RegisterStatus::kOk);
   const auto info = reader.read_descriptor(id);
   REQUIRE(info);
 
-  writer.histogram_observe(id, -4, 1, -4);    // below the first bound
-  writer.histogram_observe(id, 1, 1, 1);      // equal to a bound: that bucket (le)
+  writer.histogram_observe(id, -4, 1, -4);  // below the first bound
+  writer.histogram_observe(id, 1, 1, 1);    // equal to a bound: that bucket (le)
   writer.histogram_observe(id, 1.0001, 1, 1.0001);
   writer.histogram_observe(id, 2, 1, 2);
   writer.histogram_observe(id, 5, 1, 5);      // equal to the last bound
@@ -202,8 +206,8 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
   const double one_bound[] = {1.0};
   CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, one_bound, id) ==
         shm::RegisterStatus::kInvalid);
-  CHECK(writer.register_series(shm::SeriesKind::kGauge, static_cast<shm::GaugeMode>(shm::kGaugeModeCount), "g", {},
-                               {}, id) == shm::RegisterStatus::kInvalid);
+  CHECK(writer.register_series(shm::SeriesKind::kGauge, static_cast<shm::GaugeMode>(shm::kGaugeModeCount),
+                               "g", {}, {}, id) == shm::RegisterStatus::kInvalid);
 
   CHECK(failures(block) == 18);
   CHECK(id == 12345);  // untouched on failure
@@ -268,8 +272,8 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
   std::uint32_t histogram = 0;
   REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c_total", {{"a", "b"}}, {},
                                  counter) == shm::RegisterStatus::kOk);
-  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds, histogram) ==
-          shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds,
+                                 histogram) == shm::RegisterStatus::kOk);
   const shm::CumulativeReader reader = block.reader();
   REQUIRE(reader.read_descriptor(counter));
   REQUIRE(reader.read_descriptor(histogram));
@@ -318,14 +322,17 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
     block.region().bounds[h.bounds_offset + 1] = 0.5;
     CHECK_FALSE(reader.read_descriptor(histogram));
   }
-  SECTION("an index beyond the capacity") { CHECK_FALSE(reader.read_descriptor(kRoomy.series_capacity)); }
+  SECTION("an index beyond the capacity") {
+    CHECK_FALSE(reader.read_descriptor(kRoomy.series_capacity));
+  }
   SECTION("a series count beyond the capacity is clamped") {
     block.header().series_count = 1000;
     CHECK(reader.published_series() == kRoomy.series_capacity);
   }
 }
 
-TEST_CASE("Label lists round-trip through their encoding and malformed bytes decode to nothing", "[cumulative]") {
+TEST_CASE("Label lists round-trip through their encoding and malformed bytes decode to nothing",
+          "[cumulative]") {
   char buffer[64];
   const shm::LabelPairs labels{{"a", "1"}, {"b_c", ""}, {"d", "x y"}};
   REQUIRE(shm::encode_label_pairs(labels, buffer, sizeof buffer));
@@ -341,4 +348,60 @@ TEST_CASE("Label lists round-trip through their encoding and malformed bytes dec
   CHECK_FALSE(shm::decode_label_pairs(buffer, sizeof buffer));
   std::memcpy(buffer, "name\0value", 10);  // value never terminated within 10 bytes
   CHECK_FALSE(shm::decode_label_pairs(buffer, 10));
+}
+
+TEST_CASE("A reader never accepts a torn gauge or histogram while a writer thread updates them",
+          "[cumulative][threads]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  const double bounds[] = {1};
+  std::uint32_t gauge = 0;
+  std::uint32_t histogram = 0;
+  REQUIRE(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kAll, "g", {}, {}, gauge) ==
+          shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds,
+                                 histogram) == shm::RegisterStatus::kOk);
+  const shm::CumulativeReader reader = block.reader();
+  const auto gauge_info = reader.read_descriptor(gauge);
+  const auto histogram_info = reader.read_descriptor(histogram);
+  REQUIRE(gauge_info);
+  REQUIRE(histogram_info);
+
+  constexpr std::uint64_t kUpdates = 200'000;
+  std::atomic<bool> done{false};
+  // Invariants a consistent snapshot satisfies: set_ns == value + 1, and the sum equals the count.
+  std::thread updater([&] {
+    for (std::uint64_t i = 0; i < kUpdates; ++i) {
+      writer.gauge_set(gauge, static_cast<double>(i), i + 1);
+      writer.histogram_observe(histogram, i % 2 == 0 ? 0.5 : 5.0, 1, 1.0);
+    }
+    done.store(true, std::memory_order_release);
+  });
+
+  std::uint64_t torn = 0;
+  std::uint64_t consistent_reads = 0;
+  shm::SeriesValue value;
+  for (;;) {
+    const bool finished = done.load(std::memory_order_acquire);
+    reader.read_value(*gauge_info, value);
+    if (value.consistent) {
+      ++consistent_reads;
+      if (value.set_ns != 0 && value.set_ns != static_cast<std::uint64_t>(value.value) + 1) ++torn;
+    }
+    reader.read_value(*histogram_info, value);
+    if (value.consistent) {
+      ++consistent_reads;
+      if (value.sum != static_cast<double>(value.counts[0] + value.counts[1])) ++torn;
+    }
+    if (finished) break;
+  }
+  updater.join();
+
+  CHECK(torn == 0);
+  CHECK(consistent_reads > 0);
+  reader.read_value(*histogram_info, value);
+  CHECK(value.counts == std::vector<std::uint64_t>{kUpdates / 2, kUpdates / 2});
+  CHECK(value.sum == static_cast<double>(kUpdates));
+  reader.read_value(*gauge_info, value);
+  CHECK(value.value == static_cast<double>(kUpdates - 1));
 }

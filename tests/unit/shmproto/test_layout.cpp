@@ -61,11 +61,11 @@ struct ExpectedSegmentHeader {
   std::uint64_t oversize_records;      // 1056
   std::uint64_t closed;                // 1064
   std::uint64_t latest_record_position[8];  // 1072
-  std::uint8_t gap3[144];              // 1136
-  std::uint64_t head;                  // 1280
-  std::uint64_t consumer_heartbeat_ns; // 1288
-  std::uint32_t consumer_pid;          // 1296
-  std::uint8_t gap4[4096 - 1300];      // 1300
+  std::uint8_t gap3[144];                   // 1136
+  std::uint64_t head;                       // 1280
+  std::uint64_t consumer_heartbeat_ns;      // 1288
+  std::uint32_t consumer_pid;               // 1296
+  std::uint8_t gap4[4096 - 1300];           // 1300
 };
 
 struct ExpectedRecordHeader {
@@ -413,11 +413,21 @@ TEST_CASE("The layout hash changes when any entry of the field table changes", "
   CHECK(hash_field_table(table) == original);
 
   auto modified = table;
-  SECTION("an offset moves") { modified[5].offset += 8; }
-  SECTION("a field is renamed") { modified[5].name = "decode_sum_seq_len"; }
-  SECTION("a type changes") { modified[5].type = shm::FieldType::kF64; }
-  SECTION("a field changes its optional group") { modified[5].group = shm::kGroupLora; }
-  SECTION("two fields swap places") { std::swap(modified[3], modified[4]); }
+  SECTION("an offset moves") {
+    modified[5].offset += 8;
+  }
+  SECTION("a field is renamed") {
+    modified[5].name = "decode_sum_seq_len";
+  }
+  SECTION("a type changes") {
+    modified[5].type = shm::FieldType::kF64;
+  }
+  SECTION("a field changes its optional group") {
+    modified[5].group = shm::kGroupLora;
+  }
+  SECTION("two fields swap places") {
+    std::swap(modified[3], modified[4]);
+  }
   CHECK(hash_field_table(modified) != original);
 }
 

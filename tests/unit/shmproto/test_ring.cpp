@@ -62,7 +62,8 @@ class RingFixture {
 
 // Payload bytes derived from a key, so the consumer can check a record without the producer's copy.
 void fill_payload(std::uint64_t key, std::span<std::uint8_t> out) {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(key * 131 + i * 7 + (key >> 8));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::uint8_t>(key * 131 + i * 7 + (key >> 8));
 }
 
 bool payload_matches(std::uint64_t key, std::span<const std::uint8_t> payload) {
@@ -79,9 +80,10 @@ struct Delivered {
 
 std::vector<Delivered> drain_all(shm::RingReader& reader, shm::DrainStats* stats_out = nullptr) {
   std::vector<Delivered> out;
-  const shm::DrainStats stats = reader.drain([&](const shm::RecordHeader& h, std::span<const std::uint8_t> payload) {
-    out.push_back({h, std::vector<std::uint8_t>(payload.begin(), payload.end())});
-  });
+  const shm::DrainStats stats =
+      reader.drain([&](const shm::RecordHeader& h, std::span<const std::uint8_t> payload) {
+        out.push_back({h, std::vector<std::uint8_t>(payload.begin(), payload.end())});
+      });
   if (stats_out != nullptr) *stats_out = stats;
   return out;
 }
@@ -92,11 +94,14 @@ shm::AppendStatus append_sized(shm::RingWriter& writer, std::uint64_t key, std::
   return writer.append(kTestType, 1, payload.data(), static_cast<std::uint32_t>(payload.size()), key);
 }
 
-std::uint64_t load(std::uint64_t& field) { return shm::shared(field).load(std::memory_order_acquire); }
+std::uint64_t load(std::uint64_t& field) {
+  return shm::shared(field).load(std::memory_order_acquire);
+}
 
 }  // namespace
 
-TEST_CASE("The ring delivers every record across wrap-arounds in order with dense sequence numbers", "[ring]") {
+TEST_CASE("The ring delivers every record across wrap-arounds in order with dense sequence numbers",
+          "[ring]") {
   RingFixture fixture(4096);
   shm::RingWriter writer = fixture.writer();
   auto reader = fixture.reader();
@@ -118,9 +123,9 @@ TEST_CASE("The ring delivers every record across wrap-arounds in order with dens
       REQUIRE_FALSE(in_flight.empty());
       const Expected e = in_flight.front();
       in_flight.pop_front();
-      if (d.header.sequence != next_sequence || d.header.timestamp_ns != e.key || d.payload.size() != e.size ||
-          d.header.length != sizeof(shm::RecordHeader) + e.size || d.header.type != 3 ||
-          d.header.type_version != 1 || !payload_matches(e.key, d.payload)) {
+      if (d.header.sequence != next_sequence || d.header.timestamp_ns != e.key ||
+          d.payload.size() != e.size || d.header.length != sizeof(shm::RecordHeader) + e.size ||
+          d.header.type != 3 || d.header.type_version != 1 || !payload_matches(e.key, d.payload)) {
         ++mismatches;
       }
       ++next_sequence;
@@ -172,7 +177,8 @@ TEST_CASE("A full ring drops the newest records and counts every drop exactly", 
   auto reader = fixture.reader();
   // 24 + 104 = 128 bytes per record: exactly 32 fill the ring.
   constexpr std::size_t kPayload = 104;
-  for (std::uint64_t key = 0; key < 32; ++key) REQUIRE(append_sized(writer, key, kPayload) == shm::AppendStatus::kOk);
+  for (std::uint64_t key = 0; key < 32; ++key)
+    REQUIRE(append_sized(writer, key, kPayload) == shm::AppendStatus::kOk);
 
   constexpr std::uint64_t kExtra = 17;
   for (std::uint64_t key = 32; key < 32 + kExtra; ++key) {
@@ -215,7 +221,8 @@ TEST_CASE("A record whose tail was never published stays invisible to the reader
   auto reader = fixture.reader();
   {
     shm::RingWriter writer = fixture.writer();
-    for (std::uint64_t key = 0; key < 3; ++key) REQUIRE(append_sized(writer, key, 40) == shm::AppendStatus::kOk);
+    for (std::uint64_t key = 0; key < 3; ++key)
+      REQUIRE(append_sized(writer, key, 40) == shm::AppendStatus::kOk);
   }
   REQUIRE(drain_all(*reader).size() == 3);
 
@@ -259,11 +266,11 @@ TEST_CASE("A garbage head makes the writer drop records and never write outside 
   REQUIRE(tail > 3 * fixture.ring_bytes());
 
   const std::uint64_t garbage = GENERATE_COPY(values<std::uint64_t>({
-      tail + 64,                            // ahead of the tail
-      tail + 10 * 4096,                     // far ahead
-      ~std::uint64_t{0},                    // all ones
-      tail - 2 * 4096,                      // more than a ring behind
-      0,                                    // from the first lap
+      tail + 64,          // ahead of the tail
+      tail + 10 * 4096,   // far ahead
+      ~std::uint64_t{0},  // all ones
+      tail - 2 * 4096,    // more than a ring behind
+      0,                  // from the first lap
   }));
   INFO("head = " << garbage << ", tail = " << tail);
   shm::shared(fixture.header()->head).store(garbage, std::memory_order_release);
@@ -289,7 +296,8 @@ TEST_CASE("A garbage tail or record length makes the reader report corruption wi
   RingFixture fixture(4096);
   shm::RingWriter writer = fixture.writer();
   auto reader = fixture.reader();
-  for (std::uint64_t key = 0; key < 5; ++key) REQUIRE(append_sized(writer, key, 40) == shm::AppendStatus::kOk);
+  for (std::uint64_t key = 0; key < 5; ++key)
+    REQUIRE(append_sized(writer, key, 40) == shm::AppendStatus::kOk);
   REQUIRE(drain_all(*reader).size() == 5);  // head = tail = 320
   REQUIRE(append_sized(writer, 5, 40) == shm::AppendStatus::kOk);
   const std::uint64_t head = reader->head();
@@ -325,7 +333,8 @@ TEST_CASE("A garbage tail or record length makes the reader report corruption wi
     CHECK(stats.status == shm::DrainStatus::kCorruptRecord);
   }
   SECTION("a record length past the end of the ring") {
-    const auto bad = static_cast<std::uint32_t>(fixture.ring_bytes() - (head & (fixture.ring_bytes() - 1)) + 64);
+    const auto bad =
+        static_cast<std::uint32_t>(fixture.ring_bytes() - (head & (fixture.ring_bytes() - 1)) + 64);
     std::memcpy(length_field, &bad, sizeof bad);
     shm::DrainStats stats;
     CHECK(drain_all(*reader, &stats).empty());
@@ -365,13 +374,15 @@ TEST_CASE("A record longer than the reader's buffer is reported as corrupt", "[r
   huge.length = shm::kMaxRecordBytes + 1024;
   huge.type = 3;
   std::memcpy(fixture.ring(), &huge, sizeof huge);
-  shm::shared(fixture.header()->tail).store(shm::align_up(huge.length, shm::kRecordAlignment), std::memory_order_release);
+  shm::shared(fixture.header()->tail)
+      .store(shm::align_up(huge.length, shm::kRecordAlignment), std::memory_order_release);
   shm::DrainStats stats;
   CHECK(drain_all(*reader, &stats).empty());
   CHECK(stats.status == shm::DrainStatus::kCorruptRecord);
 }
 
-TEST_CASE("A producer thread and a consumer thread pass 100000 records with exact accounting", "[ring][threads]") {
+TEST_CASE("A producer thread and a consumer thread pass 100000 records with exact accounting",
+          "[ring][threads]") {
   constexpr std::uint64_t kRecords = 100'000;
   struct Mode {
     std::uint64_t ring_bytes;
@@ -449,7 +460,8 @@ TEST_CASE("peek_latest_record returns the newest record of a type without consum
   std::vector<std::uint8_t> small(32);
   for (std::uint64_t key = 0; key < 4; ++key) {
     fill_payload(key, small);
-    REQUIRE(writer.append(shm::RecordType::kSchedulerSnapshot, 1, small.data(), 32, key) == shm::AppendStatus::kOk);
+    REQUIRE(writer.append(shm::RecordType::kSchedulerSnapshot, 1, small.data(), 32, key) ==
+            shm::AppendStatus::kOk);
   }
   fill_payload(100, small);
   REQUIRE(writer.append(static_cast<shm::RecordType>(2), 1, small.data(), 16, 100) == shm::AppendStatus::kOk);
@@ -462,18 +474,31 @@ TEST_CASE("peek_latest_record returns the newest record of a type without consum
   CHECK(header.sequence == 3);
   CHECK(payload_matches(3, std::span<const std::uint8_t>(out.data(), 32)));
 
-  CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(), static_cast<shm::RecordType>(2),
-                                header, out) == 16);
+  CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(),
+                                static_cast<shm::RecordType>(2), header, out) == 16);
   CHECK(header.timestamp_ns == 100);
 
-  SECTION("nothing was consumed") { CHECK(drain_all(*reader).size() == 5); }
+  SECTION("nothing was consumed") {
+    CHECK(drain_all(*reader).size() == 5);
+  }
   SECTION("a type never written, an out-of-range type and padding give nothing") {
     CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(),
                                   static_cast<shm::RecordType>(5), header, out) == -1);
     CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(),
                                   static_cast<shm::RecordType>(shm::kMaxRecordTypes), header, out) == -1);
-    CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(), shm::RecordType::kPadding,
-                                  header, out) == -1);
+    CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(),
+                                  shm::RecordType::kPadding, header, out) == -1);
+  }
+  SECTION("a garbage position gives nothing") {
+    auto& slot = fixture.header()
+                     ->latest_record_position[static_cast<std::size_t>(shm::RecordType::kSchedulerSnapshot)];
+    const std::uint64_t garbage =
+        GENERATE(std::uint64_t{65 + 1}, std::uint64_t{64 * 4 + 1}, (std::uint64_t{1} << 40) + 1);
+    INFO("position + 1 = " << garbage);
+    shm::shared(slot).store(garbage,
+                            std::memory_order_release);  // misaligned, another type's record, far ahead
+    CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(),
+                                  shm::RecordType::kSchedulerSnapshot, header, out) == -1);
   }
   SECTION("an output buffer too small gives nothing") {
     std::vector<std::uint8_t> tiny(8);
@@ -484,9 +509,11 @@ TEST_CASE("peek_latest_record returns the newest record of a type without consum
     std::vector<std::uint8_t> big(1000);
     for (std::uint64_t key = 10; key < 200; ++key) {
       fill_payload(key, big);
-      if (writer.append(shm::RecordType::kSchedulerSnapshot, 1, big.data(), 1000, key) == shm::AppendStatus::kFull) {
+      if (writer.append(shm::RecordType::kSchedulerSnapshot, 1, big.data(), 1000, key) ==
+          shm::AppendStatus::kFull) {
         drain_all(*reader);
-        REQUIRE(writer.append(shm::RecordType::kSchedulerSnapshot, 1, big.data(), 1000, key) == shm::AppendStatus::kOk);
+        REQUIRE(writer.append(shm::RecordType::kSchedulerSnapshot, 1, big.data(), 1000, key) ==
+                shm::AppendStatus::kOk);
       }
     }
     CHECK(shm::peek_latest_record(fixture.header(), fixture.ring(), fixture.ring_bytes(),
@@ -503,7 +530,8 @@ TEST_CASE("A reader that does not publish its head leaves the producer's view un
   RingFixture fixture(4096);
   shm::RingWriter writer = fixture.writer();
   REQUIRE(append_sized(writer, 1, 40) == shm::AppendStatus::kOk);
-  auto observer = std::make_unique<shm::RingReader>(fixture.header(), fixture.ring(), fixture.ring_bytes(), false);
+  auto observer =
+      std::make_unique<shm::RingReader>(fixture.header(), fixture.ring(), fixture.ring_bytes(), false);
   CHECK(drain_all(*observer).size() == 1);
   CHECK(load(fixture.header()->head) == 0);
 }

@@ -136,17 +136,39 @@ TEST_CASE("create_segment rejects bad identities and geometries without leaving 
   TempDir dir;
   shm::SegmentIdentity identity = test_identity();
   shm::CreateOptions options = options_in(dir);
-  SECTION("an instance id with a dot") { identity.instance = "a.b"; }
-  SECTION("an empty instance id") { identity.instance = ""; }
-  SECTION("a rank key with a slash") { identity.rank_key = "x/y"; }
-  SECTION("an unknown role") { identity.role = shm::Role::kUnknown; }
-  SECTION("a model name that does not fit") { identity.model_name = std::string(shm::kModelNameBytes, 'm'); }
-  SECTION("a malformed extra label") { identity.extra_labels = {{"bad-name", "v"}}; }
-  SECTION("a ring that is not a power of two") { options.geometry.ring_bytes = 5000; }
-  SECTION("a ring below the minimum") { options.geometry.ring_bytes = 2048; }
-  SECTION("a ring above the maximum") { options.geometry.ring_bytes = shm::kMaxRingBytes * 2; }
-  SECTION("records larger than half the ring") { options.geometry.max_record_bytes = 2049; }
-  SECTION("records smaller than their header") { options.geometry.max_record_bytes = 8; }
+  SECTION("an instance id with a dot") {
+    identity.instance = "a.b";
+  }
+  SECTION("an empty instance id") {
+    identity.instance = "";
+  }
+  SECTION("a rank key with a slash") {
+    identity.rank_key = "x/y";
+  }
+  SECTION("an unknown role") {
+    identity.role = shm::Role::kUnknown;
+  }
+  SECTION("a model name that does not fit") {
+    identity.model_name = std::string(shm::kModelNameBytes, 'm');
+  }
+  SECTION("a malformed extra label") {
+    identity.extra_labels = {{"bad-name", "v"}};
+  }
+  SECTION("a ring that is not a power of two") {
+    options.geometry.ring_bytes = 5000;
+  }
+  SECTION("a ring below the minimum") {
+    options.geometry.ring_bytes = 2048;
+  }
+  SECTION("a ring above the maximum") {
+    options.geometry.ring_bytes = shm::kMaxRingBytes * 2;
+  }
+  SECTION("records larger than half the ring") {
+    options.geometry.max_record_bytes = 2049;
+  }
+  SECTION("records smaller than their header") {
+    options.geometry.max_record_bytes = 8;
+  }
   const shm::CreateResult created = shm::create_segment(identity, options);
   CHECK(created.error == shm::CreateError::kInvalidArgument);
   CHECK_FALSE(created.message.empty());
@@ -281,14 +303,17 @@ TEST_CASE("open_segment rejects damaged files and reports why", "[segment][valid
   }
   SECTION("cumulative capacities that exceed the block") {
     const std::uint32_t huge = 1u << 20;
-    write_at(path, created.file.header()->cumulative_offset + offsetof(shm::CumulativeHeader, values_capacity), &huge,
-             sizeof huge);
+    write_at(path,
+             created.file.header()->cumulative_offset + offsetof(shm::CumulativeHeader, values_capacity),
+             &huge, sizeof huge);
     CHECK(shm::open_segment(path, false).reason == shm::RejectReason::kBadGeometry);
   }
   SECTION("a missing file") {
     CHECK(shm::open_segment(path + "-gone", false).reason == shm::RejectReason::kOpenFailed);
   }
-  SECTION("a directory") { CHECK(shm::open_segment(dir.path(), false).reason == shm::RejectReason::kOpenFailed); }
+  SECTION("a directory") {
+    CHECK(shm::open_segment(dir.path(), false).reason == shm::RejectReason::kOpenFailed);
+  }
   SECTION("an observer maps read-only and still validates") {
     const auto opened = shm::open_segment(path, false);
     CHECK(opened.reason == shm::RejectReason::kNone);
@@ -369,7 +394,8 @@ TEST_CASE("process_start_ticks identifies a live process and nothing else", "[se
   }
 }
 
-TEST_CASE("The monotonic clock never goes backwards and the wall clock is in this century", "[segment][process]") {
+TEST_CASE("The monotonic clock never goes backwards and the wall clock is in this century",
+          "[segment][process]") {
   const std::uint64_t a = shm::monotonic_ns();
   const std::uint64_t b = shm::monotonic_ns();
   CHECK(b >= a);

@@ -4,8 +4,12 @@
 //   registration (writer): fill descriptor i and its bounds  ->  series_count.store(i + 1, release)
 //   reader:                n = series_count.load(acquire)    ->  descriptors [0, n) are immutable
 //   counter:   value word stored relaxed by the single writer; a reader sees some recent total.
-//   gauge, histogram: a per-series sequence word; writer seq+1 (relaxed), fence(release), words
-//              (relaxed), seq+2 (release); reader retries while odd or changed (bounded).
+//   gauge, histogram: a per-series sequence word; writer seq+1 (relaxed), words (release), seq+2
+//              (release); reader seq (acquire), words (acquire), seq again (relaxed), retries while
+//              odd or changed (bounded). A reader that sees any word of update N is thereby ordered
+//              after that update's seq+1, so its second seq load cannot return the value it started
+//              with. No standalone fences: ThreadSanitizer cannot model them (GCC 12 rejects them
+//              under -fsanitize=thread), and release stores / acquire loads are plain moves on x86.
 // Everything that must survive a dropped ring record or a daemon restart lives here.
 #pragma once
 
@@ -192,9 +196,8 @@ class CumulativeWriter {
     std::uint64_t* words = region_.values + region_.descriptors[index].values_offset;
     const std::uint64_t seq = shared(words[0]).load(std::memory_order_relaxed);
     shared(words[0]).store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    store_f64(words[1], value);
-    shared(words[2]).store(now_ns == 0 ? 1 : now_ns, std::memory_order_relaxed);
+    store_f64(words[1], value, std::memory_order_release);
+    shared(words[2]).store(now_ns == 0 ? 1 : now_ns, std::memory_order_release);
     shared(words[0]).store(seq + 2, std::memory_order_release);
   }
 
@@ -209,11 +212,10 @@ class CumulativeWriter {
     const auto bucket = static_cast<std::uint32_t>(std::lower_bound(bounds, bounds + n, value) - bounds);
     const std::uint64_t seq = shared(words[0]).load(std::memory_order_relaxed);
     shared(words[0]).store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
     std::uint64_t& bucket_word = words[1 + bucket];
-    shared(bucket_word).store(shared(bucket_word).load(std::memory_order_relaxed) + count, std::memory_order_relaxed);
+    shared(bucket_word).store(shared(bucket_word).load(std::memory_order_relaxed) + count, std::memory_order_release);
     std::uint64_t& sum_word = words[1 + n + 1];
-    store_f64(sum_word, load_f64(sum_word) + sum_delta);
+    store_f64(sum_word, load_f64(sum_word) + sum_delta, std::memory_order_release);
     shared(words[0]).store(seq + 2, std::memory_order_release);
   }
 
@@ -309,16 +311,16 @@ class CumulativeReader {
         return;
       case SeriesKind::kGauge:
         out.consistent = read_stable(words, [&] {
-          out.value = load_f64(words[1]);
-          out.set_ns = shared(words[2]).load(std::memory_order_relaxed);
+          out.value = load_f64(words[1], std::memory_order_acquire);
+          out.set_ns = shared(words[2]).load(std::memory_order_acquire);
         });
         return;
       case SeriesKind::kHistogram: {
         const std::size_t n = info.bounds.size() + 1;
         out.counts.resize(n);
         out.consistent = read_stable(words, [&] {
-          for (std::size_t i = 0; i < n; ++i) out.counts[i] = shared(words[1 + i]).load(std::memory_order_relaxed);
-          out.sum = load_f64(words[1 + n]);
+          for (std::size_t i = 0; i < n; ++i) out.counts[i] = shared(words[1 + i]).load(std::memory_order_acquire);
+          out.sum = load_f64(words[1 + n], std::memory_order_acquire);
         });
         return;
       }
@@ -326,12 +328,12 @@ class CumulativeReader {
   }
 
  private:
+  // `copy` must load every word with acquire: that is what keeps the second sequence load after them.
   template <typename Copy>
   static bool read_stable(std::uint64_t* words, Copy&& copy) {
     for (int attempt = 0; attempt < 64; ++attempt) {
       const std::uint64_t before = shared(words[0]).load(std::memory_order_acquire);
       copy();
-      std::atomic_thread_fence(std::memory_order_acquire);
       const std::uint64_t after = shared(words[0]).load(std::memory_order_relaxed);
       if (before == after && (before & 1) == 0) return true;
     }

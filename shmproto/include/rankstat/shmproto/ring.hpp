@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -205,6 +206,20 @@ class RingReader {
   alignas(8) std::uint8_t scratch_[kMaxRecordBytes];
 };
 
+// Copies `bytes` out of the ring with acquire loads of whole 8-byte words. `source` must be 8-byte
+// aligned and the copy may read up to 7 bytes past `bytes` (still inside the record's 64-byte slot).
+// Each acquire load keeps any later load, such as peek_latest_record's tail re-read, from being
+// satisfied before it: the seqlock-style validation without a standalone fence, which ThreadSanitizer
+// cannot model (GCC 12 rejects atomic_thread_fence under -fsanitize=thread).
+inline void copy_words_acquire(const std::uint8_t* source, void* out, std::size_t bytes) {
+  auto* destination = static_cast<std::uint8_t*>(out);
+  for (std::size_t done = 0; done < bytes; done += 8) {
+    auto& word = *reinterpret_cast<std::uint64_t*>(const_cast<std::uint8_t*>(source + done));
+    const std::uint64_t value = shared(word).load(std::memory_order_acquire);
+    std::memcpy(destination + done, &value, bytes - done < 8 ? bytes - done : 8);
+  }
+}
+
 // Copies the newest committed record of `type` without consuming anything, for read-only observers
 // (the CLI's --direct mode). The bytes are read while the writer may be reusing them, so the copy is
 // validated afterwards: it is accepted only if the writer cannot have reached that position again,
@@ -221,16 +236,18 @@ inline std::int64_t peek_latest_record(const SegmentHeader* header, const std::u
   if (position_plus_one == 0) return -1;
   const std::uint64_t position = position_plus_one - 1;
   const std::uint64_t index = position & (ring_bytes - 1);
-  if (index + sizeof(RecordHeader) > ring_bytes) return -1;
-  std::memcpy(&out_header, ring + index, sizeof out_header);
+  // Records start on 64-byte boundaries; anything else is a garbage position (and would misalign the
+  // word loads below).
+  if (index % kRecordAlignment != 0 || index + sizeof(RecordHeader) > ring_bytes) return -1;
+  copy_words_acquire(ring + index, &out_header, sizeof out_header);
   if (out_header.length < sizeof(RecordHeader) || out_header.length > ring_bytes - index ||
       out_header.type != type_slot) {
     return -1;
   }
   const std::uint32_t payload_bytes = out_header.length - static_cast<std::uint32_t>(sizeof(RecordHeader));
   if (payload_bytes > out_payload.size()) return -1;
-  std::memcpy(out_payload.data(), ring + index + sizeof(RecordHeader), payload_bytes);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  copy_words_acquire(ring + index + sizeof(RecordHeader), out_payload.data(), payload_bytes);
+  // Relaxed is enough: the acquire loads of the copy already keep this load after them.
   const std::uint64_t tail = shared(mutable_header.tail).load(std::memory_order_relaxed);
   // A write in flight covers at most [tail, tail + 2 * largest slot) (a padding header, then the record at
   // the start of the ring); it reaches `position` again only once that span passes position + ring_bytes.
