@@ -2,7 +2,7 @@
 function(rankstat_warnings target)
   target_compile_options(${target} PRIVATE
     -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion -Wold-style-cast
-    -Wnon-virtual-dtor -Woverloaded-virtual -Wnull-dereference -Wdouble-promotion
+    -Wnon-virtual-dtor -Woverloaded-virtual -Wdouble-promotion
     -Wformat=2 -Wimplicit-fallthrough)
   if(RANKSTAT_WERROR)
     target_compile_options(${target} PRIVATE -Werror)

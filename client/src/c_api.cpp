@@ -9,10 +9,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <new>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 // Built with -fvisibility=hidden: only the declarations of the public header are exported.
 #pragma GCC visibility push(default)
@@ -56,6 +58,32 @@ static_assert(RANKSTAT_FLAG_PRIORITY_SCHEDULING == rankstat::shm::kFlagPriorityS
 static_assert(RANKSTAT_FLAG_ALL_SCHEDULERS_METRICS == rankstat::shm::kFlagAllSchedulersMetrics);
 static_assert(RANKSTAT_FLAG_DP_ATTENTION == rankstat::shm::kFlagDpAttention);
 static_assert(RANKSTAT_MODE_LIVEMOSTRECENT + 1 == rankstat::shm::kGaugeModeCount);
+static_assert(RANKSTAT_REPORT_PREFILL == static_cast<int>(rankstat::shm::ReportKind::kPrefill));
+static_assert(RANKSTAT_REPORT_DECODE == static_cast<int>(rankstat::shm::ReportKind::kDecode));
+static_assert(RANKSTAT_REPORT_IDLE == static_cast<int>(rankstat::shm::ReportKind::kIdle));
+static_assert(RANKSTAT_GROUP_LORA == rankstat::shm::kGroupLora);
+static_assert(RANKSTAT_GROUP_HICACHE == rankstat::shm::kGroupHiCache);
+static_assert(RANKSTAT_GROUP_STREAMING_SESSIONS == rankstat::shm::kGroupStreamingSessions);
+static_assert(RANKSTAT_GROUP_SPECULATIVE == rankstat::shm::kGroupSpeculative);
+static_assert(RANKSTAT_GROUP_DISAGGREGATION == rankstat::shm::kGroupDisaggregation);
+static_assert(RANKSTAT_GROUP_ROUTING_KEYS == rankstat::shm::kGroupRoutingKeys);
+static_assert(RANKSTAT_QUEUE_RUNNING == static_cast<int>(rankstat::shm::QueueId::kRunning));
+static_assert(RANKSTAT_QUEUE_WAITING == static_cast<int>(rankstat::shm::QueueId::kWaiting));
+static_assert(RANKSTAT_QUEUE_PREFILL_BOOTSTRAP == static_cast<int>(rankstat::shm::QueueId::kPrefillBootstrap));
+static_assert(RANKSTAT_QUEUE_PREFILL_INFLIGHT == static_cast<int>(rankstat::shm::QueueId::kPrefillInflight));
+static_assert(RANKSTAT_QUEUE_DECODE_PREALLOC == static_cast<int>(rankstat::shm::QueueId::kDecodePrealloc));
+static_assert(RANKSTAT_QUEUE_DECODE_TRANSFER == static_cast<int>(rankstat::shm::QueueId::kDecodeTransfer));
+static_assert(RANKSTAT_PRIORITY_IS_NONE == rankstat::shm::kPriorityIsNone);
+// rankstat_update is a wire format for bindings: pinned like the shared-memory structures.
+static_assert(sizeof(rankstat_update) == 32);
+static_assert(offsetof(rankstat_update, op) == 0 && offsetof(rankstat_update, id) == 4);
+static_assert(offsetof(rankstat_update, value) == 8 && offsetof(rankstat_update, count) == 16);
+static_assert(offsetof(rankstat_update, sum_delta) == 24);
+static_assert(std::is_trivially_copyable_v<rankstat_update>);
+
+// Types of rankstat_scheduler_aux_field, after FieldType's 1 (int64) and 2 (double).
+constexpr std::uint32_t kAuxU32 = 3;
+constexpr std::uint32_t kAuxU64 = 4;
 
 const char* static_text(Status status) {
   switch (status) {
@@ -411,6 +439,96 @@ int rankstat_scheduler_field(uint32_t index, const char** name, uint32_t* offset
   if (offset != nullptr) *offset = field.offset;
   if (type != nullptr) *type = static_cast<std::uint32_t>(field.type);
   return RANKSTAT_OK;
+}
+
+int rankstat_scheduler_aux_field(uint32_t index, const char** name, uint32_t* offset, uint32_t* type,
+                                 uint32_t* count) {
+  using rankstat::shm::SchedulerSnapshot;
+  struct AuxField {
+    const char* name;
+    std::uint32_t offset;
+    std::uint32_t type;
+    std::uint32_t count;
+  };
+  static constexpr AuxField kAux[] = {
+      {"report_kind", offsetof(SchedulerSnapshot, report_kind), kAuxU32, 1},
+      {"priority_count", offsetof(SchedulerSnapshot, priority_count), kAuxU32, 1},
+      {"groups", offsetof(SchedulerSnapshot, groups), kAuxU64, 1},
+      {"routing_key_running_req_counts", offsetof(SchedulerSnapshot, routing_key_running_req_counts), kAuxU64,
+       rankstat::shm::kRoutingKeyBins},
+      {"routing_key_all_req_counts", offsetof(SchedulerSnapshot, routing_key_all_req_counts), kAuxU64,
+       rankstat::shm::kRoutingKeyBins},
+  };
+  if (index >= std::size(kAux)) {
+    return fail(Status::kInvalidArgument, "rankstat_scheduler_aux_field: index past the last member");
+  }
+  const AuxField& field = kAux[index];
+  if (name != nullptr) *name = field.name;
+  if (offset != nullptr) *offset = field.offset;
+  if (type != nullptr) *type = field.type;
+  if (count != nullptr) *count = field.count;
+  return RANKSTAT_OK;
+}
+
+int rankstat_routing_key_bounds(const double** bounds, uint32_t* count) {
+  if (bounds != nullptr) *bounds = rankstat::shm::kRoutingKeyBucketBounds;
+  if (count != nullptr) *count = static_cast<std::uint32_t>(std::size(rankstat::shm::kRoutingKeyBucketBounds));
+  return RANKSTAT_OK;
+}
+
+uint32_t rankstat_priority_count_bytes(void) {
+  return sizeof(rankstat::shm::PriorityCount);
+}
+
+uint32_t rankstat_max_priority_counts(void) {
+  return rankstat::shm::kMaxPriorityCounts;
+}
+
+int rankstat_apply_updates(rankstat_reporter* reporter, const rankstat_update* updates, uint32_t count,
+                           uint32_t* applied) {
+  if (applied != nullptr) *applied = 0;
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    if (count != 0 && updates == nullptr) {
+      return fail(Status::kInvalidArgument, "rankstat_apply_updates: updates must not be NULL");
+    }
+    Status first_failure = Status::kOk;
+    std::uint32_t done = 0;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(updates);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      // The caller's buffer need not be aligned (ctypes, struct.pack_into): copy each entry out.
+      rankstat_update u;
+      std::memcpy(&u, bytes + std::size_t{i} * sizeof u, sizeof u);
+      Status status = Status::kInvalidArgument;
+      switch (u.op) {
+        case RANKSTAT_OP_COUNTER_ADD:
+          status = reporter->reporter.counter_add(u.id, u.value);
+          break;
+        case RANKSTAT_OP_GAUGE_SET:
+          status = reporter->reporter.gauge_set(u.id, u.value);
+          break;
+        case RANKSTAT_OP_HISTOGRAM_OBSERVE:
+          status = reporter->reporter.histogram_observe_many(u.id, u.value, u.count, u.sum_delta);
+          break;
+        default:
+          break;
+      }
+      if (status == Status::kOk) {
+        ++done;
+      } else if (first_failure == Status::kOk) {
+        first_failure = status;
+      }
+    }
+    if (applied != nullptr) *applied = done;
+    if (first_failure != Status::kOk) {
+      return fail(first_failure, first_failure == Status::kInvalidArgument
+                                     ? "rankstat_apply_updates: an entry had an unknown op, a bad id or a bad value"
+                                     : nullptr);
+    }
+    return RANKSTAT_OK;
+  } catch (...) {
+    return internal_error();
+  }
 }
 
 }  // extern "C"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "engine_catalog.hpp"
@@ -52,11 +53,6 @@ void set_label(Labels& labels, const std::string& name, const std::string& value
   labels.push_back({name, value});
 }
 
-// Fields SGLang now exports as histograms (fed per transfer), not as snapshot gauges.
-bool is_histogram_only_field(std::string_view field) {
-  return field == "kv_transfer_speed_gb_s" || field == "kv_transfer_latency_ms";
-}
-
 }  // namespace
 
 FamilySet::Family* FamilySet::family_for(const std::string& name, std::string_view help, MetricType type,
@@ -76,6 +72,23 @@ FamilySet::Family* FamilySet::family_for(const std::string& name, std::string_vi
   return &f;
 }
 
+FamilySet::Series* FamilySet::series_for(Family& family, Labels labels, const Contributor& from, bool& inserted) {
+  auto [it, fresh] = family.series.try_emplace(label_key(labels));
+  inserted = fresh;
+  Series& s = it->second;
+  if (fresh) {
+    s.labels = std::move(labels);
+    s.instance = std::string(from.instance);
+    return &s;
+  }
+  if (!from.instance.empty() && !s.instance.empty() && s.instance != from.instance) {
+    ++collisions_;
+    return nullptr;
+  }
+  if (s.instance.empty()) s.instance = std::string(from.instance);
+  return &s;
+}
+
 void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::GaugeMode mode,
                           const Labels& labels, double value, std::uint64_t timestamp_ns, const Contributor& from) {
   if (is_live_only(mode) && !from.live) return;
@@ -83,10 +96,11 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
   if (f == nullptr) return;
   Labels full = labels;
   if (is_per_process(mode)) full.push_back({"pid", std::to_string(from.pid)});
-  auto [it, inserted] = f->series.try_emplace(label_key(full));
-  Series& s = it->second;
+  bool inserted = false;
+  Series* found = series_for(*f, std::move(full), from, inserted);
+  if (found == nullptr) return;
+  Series& s = *found;
   if (inserted) {
-    s.labels = std::move(full);
     s.value = value;
     s.has_value = true;
     s.timestamp_ns = timestamp_ns;
@@ -129,24 +143,27 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
   }
 }
 
-void FamilySet::add_counter(const std::string& name, std::string_view help, const Labels& labels, double value) {
+void FamilySet::add_counter(const std::string& name, std::string_view help, const Labels& labels, double value,
+                            const Contributor& from) {
   Family* f = family_for(name, help, MetricType::Counter, shm::GaugeMode::kSum);
   if (f == nullptr) return;
-  auto [it, inserted] = f->series.try_emplace(label_key(labels));
-  if (inserted) it->second.labels = labels;
-  it->second.value += value;
-  it->second.has_value = true;
+  bool inserted = false;
+  Series* s = series_for(*f, labels, from, inserted);
+  if (s == nullptr) return;
+  s->value += value;
+  s->has_value = true;
 }
 
 void FamilySet::add_histogram(const std::string& name, std::string_view help, const Labels& labels,
                               const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts,
-                              double sum) {
+                              double sum, const Contributor& from) {
   Family* f = family_for(name, help, MetricType::Histogram, shm::GaugeMode::kSum);
   if (f == nullptr || counts.size() != bounds.size() + 1) return;
-  auto [it, inserted] = f->series.try_emplace(label_key(labels));
-  Series& s = it->second;
+  bool inserted = false;
+  Series* found = series_for(*f, labels, from, inserted);
+  if (found == nullptr) return;
+  Series& s = *found;
   if (inserted) {
-    s.labels = labels;
     s.bounds = bounds;
     s.counts.assign(counts.size(), 0);
   } else if (s.bounds != bounds) {
@@ -166,6 +183,9 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
     family.name = name;
     family.help = f.help;
     family.type = f.type;
+    // Summaries travel as histograms without finite bounds; the catalog says which families they are.
+    const bool as_summary = f.type == MetricType::Histogram && engine_family_is_summary(name);
+    if (as_summary) family.type = MetricType::Summary;
     family.metric.reserve(f.series.size());
     for (auto& [key, s] : f.series) {
       if (!s.has_value) continue;
@@ -179,6 +199,11 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
           m.counter.value = s.value;
           break;
         case MetricType::Histogram: {
+          if (as_summary) {
+            for (const std::uint64_t c : s.counts) m.summary.sample_count += c;
+            m.summary.sample_sum = s.sum;
+            break;
+          }
           std::uint64_t cumulative = 0;
           for (std::size_t i = 0; i < s.bounds.size(); ++i) {
             cumulative += s.counts[i];
@@ -201,7 +226,7 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
   return out;
 }
 
-Labels identity_labels(const shm::SegmentHeader& h) {
+Labels identity_labels(const shm::SegmentHeader& h, const std::string& instance_label) {
   Labels labels;
   labels.push_back({"model_name", h.model_name});
   labels.push_back({"engine_type", h.engine_type});
@@ -216,12 +241,28 @@ Labels identity_labels(const shm::SegmentHeader& h) {
   if (auto extra = shm::decode_label_pairs(h.extra_labels, sizeof h.extra_labels)) {
     for (auto& [name, value] : *extra) set_label(labels, name, value);
   }
+  if (!instance_label.empty()) set_label(labels, instance_label, h.instance);
+  return labels;
+}
+
+Labels series_labels(const Labels& identity, const SeriesState& series) {
+  // The client API has no way to set the flag yet; SGLang's label-less families are known by name.
+  const bool own_labels_only = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0 ||
+                               engine_family_without_identity_labels(series.info.family);
+  Labels labels = own_labels_only ? Labels{} : identity;
+  for (const auto& [name, value] : series.info.labels) set_label(labels, name, value);
   return labels;
 }
 
 bool exports_engine_metrics(const shm::SegmentHeader& h) {
   if (h.role != static_cast<std::uint32_t>(shm::Role::kScheduler)) return true;
-  return h.attn_tp_rank == 0 || (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
+  // Newer SGLang (the reference article) also requires attn_cp_rank 0; -1 (unset) counts as 0.
+  return (h.attn_tp_rank == 0 && h.attn_cp_rank <= 0) || (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
+}
+
+bool exported_as_snapshot_gauge(std::string_view field) {
+  // SGLang now feeds these per KV transfer into histograms, not from the scheduler snapshot.
+  return field != "kv_transfer_speed_gb_s" && field != "kv_transfer_latency_ms";
 }
 
 shm::GaugeMode snapshot_field_mode(std::string_view field) {
@@ -234,7 +275,36 @@ namespace {
 
 std::string_view queue_field_name(std::uint8_t queue) { return shm::kQueueTotalField[queue]; }
 
-void collect_snapshot(const RankSegment& s, const Labels& base, const Contributor& from, FamilySet& out) {
+// SGLang's routing-key GaugeHistograms: a mostrecent gauge per bin with gt/le labels ("gt < count <= le",
+// bounds printed as SGLang prints its integer bounds), sent in the snapshot as per-bin key counts.
+void collect_routing_key_bins(const SchedulerView& view, const Labels& base, const Contributor& from,
+                              FamilySet& out) {
+  if ((view.fixed.groups & shm::kGroupRoutingKeys) == 0) return;
+  const auto bound_text = [](std::size_t i) {
+    if (i >= std::size(shm::kRoutingKeyBucketBounds)) return std::string("+Inf");
+    const double b = shm::kRoutingKeyBucketBounds[i];
+    return b == static_cast<double>(static_cast<std::int64_t>(b)) ? std::to_string(static_cast<std::int64_t>(b))
+                                                                  : std::to_string(b);
+  };
+  const struct {
+    const char* family;
+    const std::uint64_t* bins;
+  } histograms[] = {{"sglang:routing_key_running_req_count", view.fixed.routing_key_running_req_counts},
+                    {"sglang:routing_key_all_req_count", view.fixed.routing_key_all_req_counts}};
+  for (const auto& h : histograms) {
+    const std::string name = h.family;
+    for (std::size_t i = 0; i < shm::kRoutingKeyBins; ++i) {
+      Labels labels = base;
+      labels.push_back({"gt", i == 0 ? std::string("0") : bound_text(i - 1)});
+      labels.push_back({"le", bound_text(i)});
+      out.add_gauge(name, engine_help(name), shm::GaugeMode::kMostRecent, labels, static_cast<double>(h.bins[i]),
+                    view.timestamp_ns, from);
+    }
+  }
+}
+
+void collect_snapshot(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
+                      FamilySet& out) {
   const SchedulerView& view = s.scheduler();
   if (!view.present) return;
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(&view.fixed);
@@ -242,7 +312,7 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
   std::string name;
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     if (field.group != 0 && (view.fixed.groups & field.group) == 0) continue;
-    if (is_histogram_only_field(field.name)) continue;
+    if (!exported_as_snapshot_gauge(field.name)) continue;
     double value = 0;
     if (field.type == shm::FieldType::kI64) {
       std::int64_t v = 0;
@@ -253,6 +323,7 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
     }
     name.assign("sglang:").append(field.name);
     const shm::GaugeMode mode = snapshot_field_mode(field.name);
+    if (mode == shm::GaugeMode::kAll && !keep_all_mode) continue;
     const std::string_view help = engine_help(name);
     out.add_gauge(name, help, mode, base, value, view.timestamp_ns, from);
     if (!priorities_on) continue;
@@ -269,26 +340,28 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
       out.add_gauge(name, help, mode, labels, static_cast<double>(count), view.timestamp_ns, from);
     }
   }
+  collect_routing_key_bins(view, base, from, out);
 }
 
-void collect_cumulative(const RankSegment& s, const Labels& base, const Contributor& from, FamilySet& out) {
+void collect_cumulative(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
+                        FamilySet& out) {
   for (const SeriesState& series : s.series()) {
-    Labels labels = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0 ? Labels{} : base;
-    for (const auto& [name, value] : series.info.labels) set_label(labels, name, value);
+    const Labels labels = series_labels(base, series);
     const std::string_view help = engine_help(series.info.family);
     switch (series.info.kind) {
       case shm::SeriesKind::kCounter:
-        out.add_counter(series.info.family, help, labels, series.value.value);
+        out.add_counter(series.info.family, help, labels, series.value.value, from);
         break;
       case shm::SeriesKind::kGauge:
         if (series.value.set_ns == 0) break;  // never set: absent, as prometheus_client does
+        if (series.info.gauge_mode == shm::GaugeMode::kAll && !keep_all_mode) break;
         out.add_gauge(series.info.family, help, series.info.gauge_mode, labels, series.value.value,
                       series.value.set_ns, from);
         break;
       case shm::SeriesKind::kHistogram:
         if (series.value.counts.size() != series.info.bounds.size() + 1) break;
         out.add_histogram(series.info.family, help, labels, series.info.bounds, series.value.counts,
-                          series.value.sum);
+                          series.value.sum, from);
         break;
     }
   }
@@ -296,17 +369,22 @@ void collect_cumulative(const RankSegment& s, const Labels& base, const Contribu
 
 }  // namespace
 
-void collect_engine_metrics(const std::vector<const RankSegment*>& generations, FamilySet& out) {
+void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
+                            FamilySet& out) {
   for (const RankSegment* s : generations) {
-    if (!exports_engine_metrics(s->identity())) continue;
-    const Labels base = identity_labels(s->identity());
+    if (!exports_engine_metrics(s->identity()) || s->schema_conflict()) continue;
+    const Labels base = identity_labels(s->identity(), options.instance_label);
     Contributor from;
     from.live = is_live(s->state());
     from.pid = s->identity().pid;
     from.created_ns = s->identity().created_monotonic_ns;
     from.segment_name = s->name();
-    collect_snapshot(*s, base, from, out);
-    collect_cumulative(*s, base, from, out);
+    from.instance = s->identity().instance;
+    // A dead process's per-pid (`all` mode) series stay for the grace period only: no pile-up.
+    const bool keep_all_mode =
+        from.live || options.now_ns < s->state_since_ns() || options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
+    collect_snapshot(*s, base, from, keep_all_mode, out);
+    collect_cumulative(*s, base, from, keep_all_mode, out);
   }
 }
 

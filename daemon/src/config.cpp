@@ -1,6 +1,8 @@
 #include "config.hpp"
 
 #include <CLI/CLI.hpp>
+
+#include "rankstat/shmproto/cumulative.hpp"
 #include <fstream>
 #include <sstream>
 
@@ -39,6 +41,7 @@ struct DurationFlags {
   std::string scan = "1s";
   std::string liveness = "250ms";
   std::string stall = "30s";
+  std::string dead_grace = "5m";
 };
 
 void add_options(CLI::App& app, Config& c, DurationFlags& d) {
@@ -59,6 +62,16 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
   app.add_option("--liveness.interval", d.liveness, "How often rank processes are checked")->capture_default_str();
   app.add_option("--liveness.stall-after", d.stall, "Heartbeat age after which a live rank is STALLED")
       ->capture_default_str();
+  app.add_option("--liveness.dead-grace", d.dead_grace,
+                 "How long a dead rank's per-process series stay before its totals are retired")
+      ->capture_default_str();
+  app.add_option("--state.dir", c.state_dir,
+                 "Directory where retired ranks' totals persist across restarts (systemd StateDirectory)");
+  app.add_option("--label.instance", c.instance_label,
+                 "Add this label with the engine instance id to every engine series (several engines per host)")
+      ->check([](const std::string& name) {
+        return shm::is_valid_label_name(name) ? std::string() : "not a valid Prometheus label name";
+      });
   app.add_option("--log.level", c.log_level, "trace, debug, info, warn, error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
@@ -72,10 +85,13 @@ std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
       {&d.poll, &c.poll_interval},
       {&d.scan, &c.scan_interval},
       {&d.liveness, &c.liveness_interval},
-      {&d.stall, &c.stall_after}};
+      {&d.stall, &c.stall_after},
+      {&d.dead_grace, &c.dead_grace}};
   for (const auto& [text, out] : items) {
     const auto value = parse_duration(*text);
-    if (!value || value->count() == 0) return "invalid duration '" + *text + "' (use e.g. 5ms, 1s, 2m)";
+    if (!value || (value->count() == 0 && out != &c.dead_grace)) {
+      return "invalid duration '" + *text + "' (use e.g. 5ms, 1s, 2m)";
+    }
     *out = *value;
   }
   return std::nullopt;
@@ -119,7 +135,8 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   }
   Config c = base;
   auto ms = [](std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; };
-  DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval), ms(base.stall_after)};
+  DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval), ms(base.stall_after),
+                  ms(base.dead_grace)};
   CLI::App app;
   app.allow_config_extras(CLI::config_extras_mode::ignore);
   app.set_config("--config.file", base.config_file);
@@ -141,6 +158,8 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   c.shm_dir = base.shm_dir;
   c.address_file = base.address_file;
   c.max_connections = base.max_connections;
+  c.state_dir = base.state_dir;
+  c.instance_label = base.instance_label;
   return c;
 }
 

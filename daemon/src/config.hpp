@@ -21,6 +21,11 @@ struct Config {
   std::chrono::milliseconds scan_interval{1000};
   std::chrono::milliseconds liveness_interval{250};
   std::chrono::milliseconds stall_after{30000};
+  // How long a dead or closed generation's per-pid series and mapping are kept before its totals are
+  // folded into the retired totals and its segment is let go.
+  std::chrono::milliseconds dead_grace{300000};
+  std::string state_dir;       // where retired totals persist across daemon restarts; empty: memory only
+  std::string instance_label;  // label carrying the engine instance id on every engine series; empty: none
   std::string log_level = "info";
   int gzip_level = 1;
   std::string config_file;  // re-read on SIGHUP; holds flag=value lines

@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 #include <sys/inotify.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
@@ -14,7 +15,9 @@
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "aggregation.hpp"
@@ -24,6 +27,7 @@
 #include "http/systemd_notify.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/schema.hpp"
+#include "retired_totals.hpp"
 #include "segment_registry.hpp"
 #include "self_metrics.hpp"
 
@@ -65,11 +69,40 @@ std::string landing_page(const std::string& telemetry_path) {
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
+RegistryOptions registry_options(const Config& c) {
+  RegistryOptions o;
+  o.directory = c.shm_dir;
+  o.instances = c.instances;
+  o.instance_label = c.instance_label;
+  o.dead_grace = c.dead_grace;
+  return o;
+}
+
+// A pidfd for `pid` that is known to refer to the process that started at `start_ticks`, or -1.
+int open_verified_pidfd(std::uint32_t pid, std::uint64_t start_ticks) {
+#ifdef SYS_pidfd_open
+  const auto fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (fd < 0) return -1;
+  // The pid may have been reused between the segment's creation and now: only a pidfd opened while
+  // the start time still matches watches the right process.
+  if (shm::process_start_ticks(pid) != start_ticks) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+#else
+  (void)pid;
+  (void)start_ticks;
+  return -1;
+#endif
+}
+
 }  // namespace
 
 struct Daemon::State {
   Config config;
   asio::io_context io;
+  RetiredTotals retired;
   SegmentRegistry registry;
   SelfMetrics self;
   std::unique_ptr<http::Server> server;
@@ -85,8 +118,44 @@ struct Daemon::State {
   bool rescan_pending = false;
   bool stopping = false;
   std::optional<std::chrono::microseconds> watchdog_period;
+  // Exit notification per live writer process, keyed by (segment name, generation).
+  std::map<std::pair<std::string, std::uint64_t>, std::unique_ptr<asio::posix::stream_descriptor>> exit_watches;
 
-  explicit State(Config c) : config(std::move(c)), registry(config.shm_dir, config.instances) {}
+  explicit State(Config c)
+      : config(std::move(c)), retired(config.state_dir), registry(registry_options(config), retired) {}
+
+  // Watches every live writer we can see with a pidfd, so a crash is noticed at once rather than at the
+  // next liveness pass.
+  void watch_exits() {
+    for (const RankSegment* s : registry.pid_watchable()) {
+      auto key = std::make_pair(s->name(), s->identity().generation);
+      if (exit_watches.count(key) != 0) continue;
+      const int fd = open_verified_pidfd(s->identity().pid, s->identity().pid_start_ticks);
+      if (fd < 0) {
+        check_liveness_now();
+        continue;
+      }
+      auto watch = std::make_unique<asio::posix::stream_descriptor>(io, fd);
+      watch->async_wait(asio::posix::stream_descriptor::wait_read,
+                        [this, key](const boost::system::error_code& ec) {
+                          if (ec || stopping) return;
+                          exit_watches.erase(key);
+                          check_liveness_now();
+                        });
+      exit_watches.emplace(std::move(key), std::move(watch));
+    }
+  }
+
+  void check_liveness_now() {
+    const std::uint64_t now = shm::monotonic_ns();
+    registry.check_liveness(now, config.stall_after);
+    registry.retire_expired(now);
+  }
+
+  void scan_now() {
+    registry.scan(shm::monotonic_ns());
+    watch_exits();
+  }
 
   void start_poll() {
     poll_timer.expires_after(config.poll_interval);
@@ -101,7 +170,7 @@ struct Daemon::State {
     liveness_timer.expires_after(config.liveness_interval);
     liveness_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopping) return;
-      registry.check_liveness(shm::monotonic_ns(), config.stall_after);
+      check_liveness_now();
       start_liveness();
     });
   }
@@ -110,7 +179,7 @@ struct Daemon::State {
     scan_timer.expires_after(config.scan_interval);
     scan_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopping) return;
-      registry.scan(shm::monotonic_ns());
+      scan_now();
       start_scan();
     });
   }
@@ -139,7 +208,7 @@ struct Daemon::State {
         rescan_pending = true;
         asio::post(io, [this] {
           rescan_pending = false;
-          if (!stopping) registry.scan(shm::monotonic_ns());
+          if (!stopping) scan_now();
         });
       }
       wait_inotify();
@@ -179,6 +248,7 @@ struct Daemon::State {
         config = *reloaded;
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         registry.set_instances(config.instances);
+        registry.set_dead_grace(config.dead_grace);
         self.note_reload(true);
         spdlog::info("configuration reloaded");
       } else {
@@ -201,6 +271,7 @@ struct Daemon::State {
     reload_signals.cancel();
     stop_signals.cancel();
     if (inotify) inotify->close();
+    exit_watches.clear();
     if (server) server->stop();  // the scrape in flight is finished first
     shutdown_deadline.expires_after(std::chrono::seconds(5));
     shutdown_deadline.async_wait([this](const boost::system::error_code& ec) {
@@ -225,8 +296,13 @@ struct Daemon::State {
     self.add_records_drained(registry.drain_all(now_ns));  // freshest data for this scrape
     registry.refresh_cumulative();
     FamilySet engine;
-    collect_engine_metrics(registry.generations(), engine);
-    self.add_family_conflicts(engine.conflicts());
+    CollectOptions options;
+    options.instance_label = config.instance_label;
+    options.now_ns = now_ns;
+    options.dead_grace_ns = static_cast<std::uint64_t>(config.dead_grace.count()) * 1'000'000ull;
+    collect_engine_metrics(registry.generations(), options, engine);
+    retired.contribute(engine);
+    self.set_scrape_drops(engine.conflicts(), engine.collisions());
     std::vector<prometheus::MetricFamily> families = engine.finish();
     std::vector<prometheus::MetricFamily> own = self.collect(registry, http_counters(), now_ns);
     families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
@@ -296,7 +372,13 @@ int Daemon::run() {
   options.max_connections = s.config.max_connections;
   options.gzip_level = s.config.gzip_level;
   s.server = std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
-  s.registry.scan(shm::monotonic_ns());
+  if (!s.config.state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(s.config.state_dir, ec);
+    if (ec) throw std::runtime_error("cannot create --state.dir " + s.config.state_dir + ": " + ec.message());
+  }
+  if (std::string error; !s.retired.load(error)) spdlog::error("{}", error);
+  s.scan_now();
   s.registry.drain_all(shm::monotonic_ns());
   s.server->start();
   s.write_address_file();

@@ -33,8 +33,25 @@ RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment 
   shm::shared(opened_.file.header()->consumer_pid).store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
   scheduler_.priorities.reserve(shm::kMaxPriorityCounts);
   state_since_ns_ = now_ns;
+  recover_consumed_snapshot();
   rate_window_start_ns_ = now_ns;
   rate_window_start_records_ = producer().records_written;
+}
+
+void RankSegment::recover_consumed_snapshot() {
+  // A daemon that restarts finds the ring already drained up to `head` by its predecessor: the newest
+  // snapshot would stay invisible until the rank's next report (30 s for an idle SGLang rank). Read it
+  // back without consuming, if the writer has not overwritten it since.
+  shm::SegmentHeader& live = *opened_.file.header();
+  const std::uint64_t position_plus_one =
+      shm::shared(live.latest_record_position[static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)])
+          .load(std::memory_order_acquire);
+  if (position_plus_one == 0 || position_plus_one - 1 >= ring_.head()) return;  // will be drained normally
+  shm::RecordHeader header{};
+  std::vector<std::uint8_t> payload(shm::kMaxRecordBytes);
+  const std::int64_t bytes = shm::peek_latest_record(&live, opened_.ring(), opened_.identity.ring_bytes,
+                                                     shm::RecordType::kSchedulerSnapshot, header, payload);
+  if (bytes >= 0) apply_record(header, std::span<const std::uint8_t>(payload.data(), static_cast<std::size_t>(bytes)));
 }
 
 void RankSegment::set_state(RankState state, std::uint64_t now_ns) {

@@ -53,6 +53,7 @@ class RankSegment {
   const shm::SegmentHeader& identity() const { return opened_.identity; }
   std::uint64_t inode() const { return opened_.inode; }
   std::uint64_t device() const { return opened_.device; }
+  int fd() const { return opened_.file.fd(); }
   std::uint64_t opened_ns() const { return opened_ns_; }
 
   // Drains committed records. Returns false if the ring is corrupt (the segment is then quarantined:
@@ -71,6 +72,10 @@ class RankSegment {
   void set_state(RankState state, std::uint64_t now_ns);
 
   bool ring_corrupt() const { return ring_corrupt_; }
+  // Set when one of the segment's families disagrees with the type or mode other ranks gave it: the
+  // whole segment is then left out of the exposition (and counted), never merged half-way.
+  bool schema_conflict() const { return schema_conflict_; }
+  void mark_schema_conflict() { schema_conflict_ = true; }
   std::uint64_t records_drained() const { return records_drained_; }
   std::uint64_t sequence_gaps() const { return sequence_gaps_; }
   std::uint64_t malformed_records() const { return malformed_records_; }
@@ -85,6 +90,7 @@ class RankSegment {
 
  private:
   void apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload);
+  void recover_consumed_snapshot();
 
   std::string name_;
   std::string id_;
@@ -105,6 +111,7 @@ class RankSegment {
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
   bool ring_corrupt_ = false;
+  bool schema_conflict_ = false;
   std::uint64_t records_drained_ = 0;
   std::uint64_t sequence_gaps_ = 0;
   std::uint64_t malformed_records_ = 0;

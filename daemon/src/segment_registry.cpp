@@ -3,66 +3,114 @@
 #include <dirent.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
+#include "aggregation.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/process.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
 
 namespace rankstat {
 
 namespace {
 // SGLang refreshes an idle rank's stats after 30 s without a batch and reports gen_throughput 0.
 constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;
+// A temporary older than this whose creator is gone was abandoned mid-creation.
+constexpr std::int64_t kTemporaryMaxAgeSeconds = 60;
+
+std::uint64_t to_ns(std::chrono::milliseconds d) { return static_cast<std::uint64_t>(d.count()) * 1'000'000ull; }
+
+bool expired(const RankSegment& s, std::uint64_t now_ns, std::uint64_t grace_ns) {
+  return !is_live(s.state()) && now_ns >= s.state_since_ns() && now_ns - s.state_since_ns() > grace_ns;
+}
 }  // namespace
 
-SegmentRegistry::SegmentRegistry(std::string directory, std::vector<std::string> instances)
-    : directory_(std::move(directory)), instances_(std::move(instances)) {}
+SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired)
+    : options_(std::move(options)), retired_(retired) {
+  for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
+    if (!exported_as_snapshot_gauge(field.name)) continue;
+    schema_[std::string("sglang:") + field.name] = {shm::SeriesKind::kGauge, snapshot_field_mode(field.name)};
+  }
+}
 
 bool SegmentRegistry::wanted(const std::string& instance) const {
-  return instances_.empty() || std::find(instances_.begin(), instances_.end(), instance) != instances_.end();
+  return options_.instances.empty() ||
+         std::find(options_.instances.begin(), options_.instances.end(), instance) != options_.instances.end();
 }
 
 int SegmentRegistry::scan(std::uint64_t now_ns) {
   ++counters_.scans;
-  DIR* dir = opendir(directory_.c_str());
+  DIR* dir = opendir(options_.directory.c_str());
   if (dir == nullptr) {
-    spdlog::warn("cannot list shm directory {}: {}", directory_, shm::errno_text(errno));
+    spdlog::warn("cannot list shm directory {}: {}", options_.directory, shm::errno_text(errno));
     return 0;
   }
   std::vector<std::string> names;
+  std::vector<std::string> temporaries;
   while (const dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
+    if (shm::parse_temporary_pid(name)) {
+      temporaries.push_back(name);
+      continue;
+    }
     const auto parsed = shm::parse_segment_name(name);
     if (parsed && wanted(parsed->instance)) names.push_back(name);
   }
   closedir(dir);
+  for (const std::string& name : temporaries) sweep_temporary(name, now_ns);
   std::sort(names.begin(), names.end());
   int opened = 0;
+  std::set<RetiredTotals::GenerationKey> present;
   for (const std::string& name : names) {
-    const std::string path = directory_ + "/" + name;
+    const std::string path = options_.directory + "/" + name;
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     auto it = tracked_.find(name);
-    if (it != tracked_.end() && it->second.current->inode() == st.st_ino &&
-        it->second.current->device() == st.st_dev) {
-      continue;  // same generation
+    if (it != tracked_.end()) {
+      const Tracked& t = it->second;
+      if (t.current && t.current->inode() == st.st_ino && t.current->device() == st.st_dev) {
+        present.insert({name, t.current->identity().generation});
+        continue;  // same generation
+      }
+      if (!t.current && t.retired_inode == st.st_ino) continue;  // retired, file kept
     }
     auto rejected = rejected_.find(name);
     if (rejected != rejected_.end() && rejected->second.inode == st.st_ino) continue;  // reported once already
-    const std::size_t before = tracked_.count(name) != 0 ? tracked_[name].previous.size() : 0;
     open_generation(name, now_ns);
     auto now_it = tracked_.find(name);
-    if (now_it != tracked_.end() && now_it->second.current->inode() == st.st_ino) {
+    if (now_it != tracked_.end() && now_it->second.current && now_it->second.current->inode() == st.st_ino) {
       ++opened;
-      if (now_it->second.previous.size() > before) ++counters_.generations_replaced;
+      present.insert({name, now_it->second.current->identity().generation});
     }
+  }
+  if (!pruned_retired_generations_) {
+    // Retired generations are remembered only while their file might still be found; after the first
+    // scan, forget those whose file is gone, so the store does not grow with every restart.
+    present.insert(retired_skipped_.begin(), retired_skipped_.end());
+    retired_.forget_generations_except(present);
+    pruned_retired_generations_ = true;
   }
   return opened;
 }
 
+void SegmentRegistry::sweep_temporary(const std::string& name, std::uint64_t) {
+  const auto pid = shm::parse_temporary_pid(name);
+  if (!pid) return;
+  const std::string path = options_.directory + "/" + name;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const std::int64_t age = static_cast<std::int64_t>(shm::realtime_ns() / 1'000'000'000ull) - st.st_mtime;
+  if (age < kTemporaryMaxAgeSeconds || shm::process_start_ticks(*pid)) return;
+  if (::unlink(path.c_str()) == 0) {
+    ++counters_.temporaries_swept;
+    spdlog::info("removed {}: left behind by pid {}, which died while creating it", name, *pid);
+  }
+}
+
 void SegmentRegistry::open_generation(const std::string& name, std::uint64_t now_ns) {
-  const std::string path = directory_ + "/" + name;
+  const std::string path = options_.directory + "/" + name;
   shm::OpenedSegment opened = shm::open_segment(path, /*consumer=*/true);
   if (opened.reason == shm::RejectReason::kNotReady) return;  // a writer mid-creation: next scan
   if (opened.reason != shm::RejectReason::kNone) {
@@ -74,42 +122,78 @@ void SegmentRegistry::open_generation(const std::string& name, std::uint64_t now
     return;
   }
   rejected_.erase(name);
+  const RetiredTotals::GenerationKey key{name, opened.identity.generation};
+  if (retired_.holds(key)) {
+    // Folded into the retired totals before a daemon restart: counting it again would double it.
+    Tracked& t = tracked_[name];
+    if (t.current) t.previous.push_back(std::move(t.current));
+    t.retired_inode = opened.inode;
+    retired_skipped_.insert(key);
+    if (retired_.persistent() && shm::unlink_if_same_file(opened.file.fd(), path)) ++counters_.segments_unlinked;
+    return;
+  }
   const std::uint32_t pid = opened.identity.pid;
   const std::uint64_t start_ticks = opened.identity.pid_start_ticks;
   auto segment = std::make_unique<RankSegment>(name, path, std::move(opened), now_ns);
   Tracked& t = tracked_[name];
   if (t.current) {
-    // A restarted rank renamed a new generation onto the name: drain what the old one still holds,
-    // then keep it for its totals.
+    // A restarted rank renamed a new generation onto the name: drain what the old one still holds and
+    // keep it (its totals stay in the sums until it is retired).
     t.current->drain(now_ns);
     t.current->refresh_cumulative();
-    if (is_live(t.current->state())) t.current->set_state(RankState::kDead, now_ns);
+    ++counters_.generations_replaced;
     spdlog::info("segment {} replaced by a new generation (pid {} -> {})", name, t.current->identity().pid, pid);
     t.previous.push_back(std::move(t.current));
   } else {
     spdlog::info("attached segment {} (pid {})", name, pid);
   }
-  // A writer whose pid we cannot see but whose heartbeat is fresh lives in another pid namespace.
-  t.pid_visible = start_ticks == 0 ? false : shm::process_start_ticks(pid).has_value();
+  // A writer whose pid we cannot see lives in another pid namespace: judge it by its heartbeat.
+  t.pid_visible = start_ticks != 0 && shm::process_start_ticks(pid).has_value();
+  if (!t.pid_visible && start_ticks != 0 && segment->producer().closed) t.pid_visible = true;
+  t.retired_inode = 0;
+  segment->refresh_cumulative();
+  check_schema(*segment);
   t.current = std::move(segment);
 }
 
+void SegmentRegistry::check_schema(RankSegment& segment) {
+  if (segment.schema_conflict()) return;
+  for (const SeriesState& s : segment.series()) {
+    const std::pair<shm::SeriesKind, shm::GaugeMode> mine{s.info.kind, s.info.kind == shm::SeriesKind::kGauge
+                                                                           ? s.info.gauge_mode
+                                                                           : shm::GaugeMode::kSum};
+    auto [it, inserted] = schema_.try_emplace(s.info.family, mine);
+    if (inserted || it->second == mine) continue;
+    segment.mark_schema_conflict();
+    ++counters_.schema_conflicts;
+    spdlog::error("segment {} rejected: family {} is a {} (mode {}) here but a {} (mode {}) in other ranks; fix "
+                  "the engine so every rank declares it the same way",
+                  segment.name(), s.info.family, static_cast<int>(mine.first), static_cast<int>(mine.second),
+                  static_cast<int>(it->second.first), static_cast<int>(it->second.second));
+    return;
+  }
+}
+
 std::uint64_t SegmentRegistry::drain_all(std::uint64_t now_ns) {
-  std::uint64_t before = 0;
-  std::uint64_t after = 0;
-  for (auto& [name, t] : tracked_) {
-    RankSegment& s = *t.current;
-    before += s.records_drained();
+  std::uint64_t drained = 0;
+  auto drain_one = [&](RankSegment& s, const std::string& name) {
+    const std::uint64_t before = s.records_drained();
     const bool was_corrupt = s.ring_corrupt();
     if (!s.drain(now_ns) && !was_corrupt) {
       ++counters_.corrupt_rings;
-      spdlog::error("segment {}: ring indices or record lengths are inconsistent; quarantined (last good "
-                    "values kept, ring no longer read)",
+      spdlog::error("segment {}: ring indices or record lengths are inconsistent; quarantined (last good values "
+                    "kept, ring no longer read)",
                     name);
     }
-    after += s.records_drained();
+    drained += s.records_drained() - before;
+  };
+  for (auto& [name, t] : tracked_) {
+    if (t.current && is_live(t.current->state())) drain_one(*t.current, name);
+    for (auto& p : t.previous) {
+      if (is_live(p->state())) drain_one(*p, name);
+    }
   }
-  return after - before;
+  return drained;
 }
 
 RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::uint64_t now_ns,
@@ -123,37 +207,97 @@ RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::u
     const auto ticks = shm::process_start_ticks(h.pid);
     if (!ticks || *ticks != h.pid_start_ticks) return RankState::kDead;  // gone, or the pid was reused
   }
-  const auto stall_ns = static_cast<std::uint64_t>(stall_after.count()) * 1'000'000ull;
-  if (now_ns > p.heartbeat_ns && now_ns - p.heartbeat_ns > stall_ns) return RankState::kStalled;
+  if (now_ns > p.heartbeat_ns && now_ns - p.heartbeat_ns > to_ns(stall_after)) return RankState::kStalled;
   return RankState::kLive;
 }
 
-void SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseconds stall_after) {
-  for (auto& [name, t] : tracked_) {
-    RankSegment& s = *t.current;
+int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseconds stall_after) {
+  int changed = 0;
+  auto check_one = [&](RankSegment& s, bool pid_visible, const std::string& name) {
     const RankState before = s.state();
-    const RankState after = evaluate_liveness(s, t.pid_visible, now_ns, stall_after);
+    const RankState after = evaluate_liveness(s, pid_visible, now_ns, stall_after);
     s.apply_staleness(now_ns, kGenThroughputStaleNs);
-    if (after == before) {
-      s.update_rate(now_ns);
-      continue;
-    }
-    if (after == RankState::kDead || after == RankState::kClosed) {
+    s.update_rate(now_ns);
+    if (after == before) return;
+    if (!is_live(after)) {
       s.drain(now_ns);  // whatever the rank committed before it went away
       s.refresh_cumulative();
     }
     s.set_state(after, now_ns);
-    s.update_rate(now_ns);
+    ++changed;
     spdlog::info("segment {} (pid {}): {} -> {}", name, s.identity().pid, rank_state_name(before),
                  rank_state_name(after));
+  };
+  for (auto& [name, t] : tracked_) {
+    if (t.current) check_one(*t.current, t.pid_visible, name);
+    for (auto& p : t.previous) check_one(*p, true, name);
   }
+  return changed;
+}
+
+bool SegmentRegistry::retire(RankSegment& s) {
+  s.refresh_cumulative();
+  const RetiredTotals::GenerationKey key{s.name(), s.identity().generation};
+  if (exports_engine_metrics(s.identity()) && !s.schema_conflict()) {
+    const Labels base = identity_labels(s.identity(), options_.instance_label);
+    for (const SeriesState& series : s.series()) {
+      if (series.info.kind == shm::SeriesKind::kCounter) {
+        retired_.add_counter(key, series.info.family, series_labels(base, series), series.value.value);
+      } else if (series.info.kind == shm::SeriesKind::kHistogram) {
+        retired_.add_histogram(key, series.info.family, series_labels(base, series), series.info.bounds,
+                               series.value.counts, series.value.sum);
+      }
+    }
+  }
+  retired_.mark_retired(key);
+  ++counters_.generations_retired;
+  std::string error;
+  if (!retired_.save(error)) {
+    spdlog::error("retired totals not persisted, keeping segment {} on disk: {}", s.name(), error);
+    return false;
+  }
+  if (retired_.persistent() && shm::unlink_if_same_file(s.fd(), s.path())) {
+    ++counters_.segments_unlinked;
+    spdlog::info("retired segment {} (pid {}) and removed it", s.name(), s.identity().pid);
+    return true;
+  }
+  spdlog::info("retired segment {} (pid {})", s.name(), s.identity().pid);
+  return false;
+}
+
+int SegmentRegistry::retire_expired(std::uint64_t now_ns) {
+  const std::uint64_t grace_ns = to_ns(options_.dead_grace);
+  int retired = 0;
+  for (auto& [name, t] : tracked_) {
+    for (auto it = t.previous.begin(); it != t.previous.end();) {
+      if (!expired(**it, now_ns, grace_ns)) {
+        ++it;
+        continue;
+      }
+      retire(**it);
+      ++retired;
+      it = t.previous.erase(it);
+    }
+    if (t.current && expired(*t.current, now_ns, grace_ns)) {
+      const bool unlinked = retire(*t.current);
+      t.retired_inode = unlinked ? 0 : t.current->inode();
+      retired_skipped_.insert({name, t.current->identity().generation});
+      t.current.reset();
+      ++retired;
+    }
+  }
+  return retired;
 }
 
 void SegmentRegistry::refresh_cumulative() {
   for (auto& [name, t] : tracked_) {
-    if (t.current->state() != RankState::kDead && t.current->state() != RankState::kClosed) {
-      t.current->refresh_cumulative();
-    }
+    auto refresh = [this](RankSegment& s) {
+      if (!is_live(s.state())) return;  // final values were read when it died
+      s.refresh_cumulative();
+      check_schema(s);
+    };
+    if (t.current) refresh(*t.current);
+    for (auto& p : t.previous) refresh(*p);
   }
 }
 
@@ -168,8 +312,23 @@ std::vector<const RankSegment*> SegmentRegistry::generations() const {
 std::vector<const RankSegment*> SegmentRegistry::current() const {
   std::vector<const RankSegment*> out;
   out.reserve(tracked_.size());
-  for (const auto& [name, t] : tracked_) out.push_back(t.current.get());
+  for (const auto& [name, t] : tracked_) {
+    if (t.current) out.push_back(t.current.get());
+  }
   return out;
+}
+
+std::vector<const RankSegment*> SegmentRegistry::pid_watchable() const {
+  std::vector<const RankSegment*> out;
+  for (const auto& [name, t] : tracked_) {
+    if (t.current && t.pid_visible && is_live(t.current->state())) out.push_back(t.current.get());
+  }
+  return out;
+}
+
+bool SegmentRegistry::heartbeat_only(const RankSegment& segment) const {
+  auto it = tracked_.find(segment.name());
+  return it != tracked_.end() && it->second.current.get() == &segment && !it->second.pid_visible;
 }
 
 const RankSegment* SegmentRegistry::find_current(const std::string& id) const {

@@ -36,36 +36,22 @@ SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>())
                           .Help("Records drained from all rank rings.")
                           .Register(*registry_)
                           .Add({});
-  conflicts_ = &BuildCounter()
-                    .Name("rankstat_family_conflicts_total")
-                    .Help("Samples skipped because ranks disagreed on a family's type, mode or buckets.")
+  conflicts_ = &BuildGauge()
+                    .Name("rankstat_scrape_family_conflicts")
+                    .Help("Samples the last scrape skipped because ranks disagreed on a family's buckets.")
                     .Register(*registry_)
                     .Add({});
+  collisions_ = &BuildGauge()
+                     .Name("rankstat_scrape_instance_collisions")
+                     .Help("Samples the last scrape skipped because two engine instances had the same labels.")
+                     .Register(*registry_)
+                     .Add({});
   auto& reloads = BuildCounter()
                       .Name("rankstat_config_reloads_total")
                       .Help("Configuration reloads on SIGHUP, by result.")
                       .Register(*registry_);
   reloads_ok_ = &reloads.Add({{"result", "success"}});
   reloads_failed_ = &reloads.Add({{"result", "failure"}});
-  rejected_family_ = &BuildCounter()
-                          .Name("rankstat_segments_rejected_total")
-                          .Help("Segments refused at open, by reason.")
-                          .Register(*registry_);
-  for (int i = 1; i < shm::kRejectReasonCount; ++i) {
-    const auto reason = static_cast<shm::RejectReason>(i);
-    if (reason == shm::RejectReason::kNotReady) continue;
-    rejected_[static_cast<std::size_t>(i)] = &rejected_family_->Add({{"reason", std::string(shm::reject_reason_name(reason))}});
-  }
-  replaced_ = &BuildCounter()
-                   .Name("rankstat_generations_replaced_total")
-                   .Help("Segments replaced by a new generation of the same rank (rank restarts).")
-                   .Register(*registry_)
-                   .Add({});
-  corrupt_ = &BuildCounter()
-                  .Name("rankstat_rings_quarantined_total")
-                  .Help("Rings found inconsistent and no longer read.")
-                  .Register(*registry_)
-                  .Add({});
 }
 
 void SelfMetrics::observe_scrape(double seconds, std::size_t body_bytes) {
@@ -100,23 +86,33 @@ void add_sample(prometheus::MetricFamily& f, Labels labels, double value) {
 std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry& registry, const HttpCounters& http,
                                                            std::uint64_t now_ns) {
   const RegistryCounters& c = registry.counters();
-  for (std::size_t i = 0; i < rejected_.size(); ++i) {
-    if (rejected_[i] != nullptr && c.rejected_by_reason[i] > rejected_seen_[i]) {
-      rejected_[i]->Increment(static_cast<double>(c.rejected_by_reason[i] - rejected_seen_[i]));
-      rejected_seen_[i] = c.rejected_by_reason[i];
-    }
-  }
-  if (c.generations_replaced > replaced_seen_) {
-    replaced_->Increment(static_cast<double>(c.generations_replaced - replaced_seen_));
-    replaced_seen_ = c.generations_replaced;
-  }
-  if (c.corrupt_rings > corrupt_seen_) {
-    corrupt_->Increment(static_cast<double>(c.corrupt_rings - corrupt_seen_));
-    corrupt_seen_ = c.corrupt_rings;
-  }
   std::vector<prometheus::MetricFamily> out = registry_->Collect();
 
   using prometheus::MetricType;
+  auto rejected = make_family("rankstat_segments_rejected_total", "Segments refused, by reason.", MetricType::Counter);
+  for (int i = 1; i < shm::kRejectReasonCount; ++i) {
+    const auto reason = static_cast<shm::RejectReason>(i);
+    if (reason == shm::RejectReason::kNotReady) continue;
+    add_sample(rejected, {{"reason", std::string(shm::reject_reason_name(reason))}},
+               static_cast<double>(c.rejected_by_reason[static_cast<std::size_t>(i)]));
+  }
+  add_sample(rejected, {{"reason", "schema_conflict"}}, static_cast<double>(c.schema_conflicts));
+  auto lifecycle = make_family("rankstat_generation_events_total",
+                               "Segment generation lifecycle events: replaced by a restarted rank, retired (totals "
+                               "folded), unlinked, abandoned temporaries swept, rings quarantined.",
+                               MetricType::Counter);
+  add_sample(lifecycle, {{"event", "replaced"}}, static_cast<double>(c.generations_replaced));
+  add_sample(lifecycle, {{"event", "retired"}}, static_cast<double>(c.generations_retired));
+  add_sample(lifecycle, {{"event", "unlinked"}}, static_cast<double>(c.segments_unlinked));
+  add_sample(lifecycle, {{"event", "temporary_swept"}}, static_cast<double>(c.temporaries_swept));
+  add_sample(lifecycle, {{"event", "ring_quarantined"}}, static_cast<double>(c.corrupt_rings));
+  auto retired_series = make_family("rankstat_retired_series",
+                                    "Counter and histogram series held for retired generations.", MetricType::Gauge);
+  add_sample(retired_series, {}, static_cast<double>(registry.retired().series()));
+  auto heartbeat_only = make_family(
+      "rankstat_rank_heartbeat_only",
+      "1 when the rank's process is not visible to the daemon (another pid namespace): liveness by heartbeat only.",
+      MetricType::Gauge);
   auto http_requests = make_family("rankstat_http_requests_total", "HTTP requests answered.", MetricType::Counter);
   add_sample(http_requests, {}, static_cast<double>(http.requests_total));
   auto http_rejected = make_family("rankstat_http_connections_rejected_total",
@@ -153,6 +149,7 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                   {"rank", h.rank_key}};
     ++by_state[static_cast<std::size_t>(s->state())];
     add_sample(up, labels, is_live(s->state()) ? 1 : 0);
+    add_sample(heartbeat_only, labels, registry.heartbeat_only(*s) ? 1 : 0);
     for (int i = 0; i < kRankStateCount; ++i) {
       Labels with_state = labels;
       with_state.push_back({"state", std::string(rank_state_name(static_cast<RankState>(i)))});
@@ -174,8 +171,8 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(segments, {{"state", std::string(rank_state_name(static_cast<RankState>(i)))}},
                by_state[static_cast<std::size_t>(i)]);
   }
-  for (auto* f : {&http_requests, &http_rejected, &http_bad, &http_active, &segments, &up, &state, &heartbeat,
-                  &records, &dropped, &fill, &gaps, &info}) {
+  for (auto* f : {&rejected, &lifecycle, &retired_series, &http_requests, &http_rejected, &http_bad, &http_active,
+                  &segments, &up, &heartbeat_only, &state, &heartbeat, &records, &dropped, &fill, &gaps, &info}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
   return out;

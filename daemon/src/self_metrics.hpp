@@ -31,7 +31,12 @@ class SelfMetrics {
 
   void observe_scrape(double seconds, std::size_t body_bytes);
   void add_records_drained(std::uint64_t records) { records_drained_->Increment(static_cast<double>(records)); }
-  void add_family_conflicts(std::uint64_t conflicts) { conflicts_->Increment(static_cast<double>(conflicts)); }
+  // Samples the last scrape dropped: family type/bucket conflicts and cross-instance collisions. Gauges,
+  // since every scrape recomputes them from scratch.
+  void set_scrape_drops(std::uint64_t conflicts, std::uint64_t collisions) {
+    conflicts_->Set(static_cast<double>(conflicts));
+    collisions_->Set(static_cast<double>(collisions));
+  }
   void note_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
 
   // The self-metric families as of now, given the segments and the HTTP server's counters.
@@ -44,16 +49,10 @@ class SelfMetrics {
   prometheus::Histogram* scrape_seconds_ = nullptr;
   prometheus::Gauge* last_body_bytes_ = nullptr;
   prometheus::Counter* records_drained_ = nullptr;
-  prometheus::Counter* conflicts_ = nullptr;
+  prometheus::Gauge* conflicts_ = nullptr;
+  prometheus::Gauge* collisions_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;
   prometheus::Counter* reloads_failed_ = nullptr;
-  prometheus::Family<prometheus::Counter>* rejected_family_ = nullptr;
-  std::array<prometheus::Counter*, shm::kRejectReasonCount> rejected_{};
-  std::array<std::uint64_t, shm::kRejectReasonCount> rejected_seen_{};
-  prometheus::Counter* replaced_ = nullptr;
-  std::uint64_t replaced_seen_ = 0;
-  prometheus::Counter* corrupt_ = nullptr;
-  std::uint64_t corrupt_seen_ = 0;
 };
 
 }  // namespace rankstat

@@ -2,9 +2,10 @@
 // holds (heartbeating) until SIGTERM, or keeps appending as fast as asked to measure writer stalls.
 //
 //   rankstat_test_writer --instance I --tp T --dp D --running R --queue Q --events N [--flood-seconds S]
-//                        [--hold-seconds H] [--exit clean|abandon]
+//                        [--hold-seconds H] [--exit clean|abandon] [--gauge FAMILY:MODE:VALUE ...]
+//                        [--counter-every-ms M] [--stall]
 // Prints "ready" on stdout once its values are published, and on exit a line
-// "appends=<n> dropped=<n> max_append_ns=<n>".
+// "appends=<n> dropped=<n> max_append_ns=<n> events=<n>" (events: total added to the test counter).
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,6 +35,10 @@ int main(int argc, char** argv) {
   double flood_seconds = 0;
   std::string exit_mode = "clean";
   bool priorities = false;
+  std::vector<std::string> gauges;
+  int counter_every_ms = 0;
+  bool stall = false;
+  std::string rank_key;
   CLI::App app{"rankstat integration-test writer"};
   app.add_option("--instance", instance);
   app.add_option("--model", model);
@@ -46,6 +51,10 @@ int main(int argc, char** argv) {
   app.add_option("--flood-seconds", flood_seconds, "Append snapshots in a tight loop for this long");
   app.add_option("--exit", exit_mode)->check(CLI::IsMember({"clean", "abandon"}));
   app.add_flag("--priorities", priorities);
+  app.add_option("--gauge", gauges, "FAMILY:MODE:VALUE, MODE as prometheus_client names it (repeatable)");
+  app.add_option("--counter-every-ms", counter_every_ms, "While holding, add 1 to the test counter this often");
+  app.add_option("--rank-key", rank_key, "Segment name suffix (default: derived from the ranks)");
+  app.add_flag("--stall", stall, "After publishing, stop heartbeating (a rank stuck in a long step)");
   CLI11_PARSE(app, argc, argv);
 
   struct sigaction action {};
@@ -59,6 +68,7 @@ int main(int argc, char** argv) {
   options.identity.tp_rank = tp;
   options.identity.moe_ep_rank = tp;
   options.identity.dp_rank = dp;
+  options.identity.rank_key = rank_key;
   if (priorities) options.identity.flags |= rankstat::shm::kFlagPriorityScheduling;
   options.geometry.ring_bytes = 64 * 1024;
   rankstat::Reporter reporter;
@@ -71,9 +81,37 @@ int main(int argc, char** argv) {
   const double bounds[] = {0.1, 1, 10};
   reporter.register_counter("sglang:test_events_total", {{"kind", "unit"}}, counter);
   reporter.register_histogram("sglang:test_latency_seconds", {}, bounds, histogram);
+  std::uint64_t events_total = 0;
   for (int i = 0; i < events; ++i) {
     reporter.counter_add(counter, 1);
+    ++events_total;
     reporter.histogram_observe(histogram, 0.5 * (i % 4));
+  }
+  static constexpr const char* kModes[] = {"all",     "liveall", "sum",        "livesum",       "min",
+                                           "livemin", "max",     "livemax",    "mostrecent", "livemostrecent"};
+  for (const std::string& spec : gauges) {
+    // The family itself may contain colons (sglang:...): MODE and VALUE are the last two fields.
+    const auto second = spec.rfind(':');
+    const auto first = second == std::string::npos || second == 0 ? std::string::npos : spec.rfind(':', second - 1);
+    if (first == std::string::npos || second == std::string::npos) {
+      std::fprintf(stderr, "bad --gauge %s\n", spec.c_str());
+      return 2;
+    }
+    const std::string mode_name = spec.substr(first + 1, second - first - 1);
+    const auto* mode = std::find(std::begin(kModes), std::end(kModes), mode_name);
+    if (mode == std::end(kModes)) {
+      std::fprintf(stderr, "bad mode %s\n", mode_name.c_str());
+      return 2;
+    }
+    std::uint32_t id = 0;
+    const auto status = reporter.register_gauge(
+        spec.substr(0, first), static_cast<rankstat::shm::GaugeMode>(mode - std::begin(kModes)), {}, id);
+    if (status != rankstat::Status::kOk) {
+      std::fprintf(stderr, "register_gauge %s failed\n", spec.c_str());
+      return 2;
+    }
+    const std::string value = spec.substr(second + 1);
+    if (value != "unset") reporter.gauge_set(id, std::stod(value));
   }
   rankstat::shm::SchedulerSnapshot s{};
   s.report_kind = static_cast<std::uint32_t>(rankstat::shm::ReportKind::kDecode);
@@ -102,14 +140,20 @@ int main(int argc, char** argv) {
       max_append_ns = std::max<std::uint64_t>(max_append_ns, static_cast<std::uint64_t>(ns.count()));
       ++appends;
       reporter.counter_add(counter, 1);
+      ++events_total;
+    } else if (counter_every_ms > 0) {
+      reporter.counter_add(counter, 1);
+      ++events_total;
+      if (!stall) reporter.heartbeat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(counter_every_ms));
     } else {
-      reporter.heartbeat();
+      if (!stall) reporter.heartbeat();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  std::printf("appends=%llu dropped=%llu max_append_ns=%llu\n", static_cast<unsigned long long>(appends),
+  std::printf("appends=%llu dropped=%llu max_append_ns=%llu events=%llu\n", static_cast<unsigned long long>(appends),
               static_cast<unsigned long long>(reporter.dropped_records()),
-              static_cast<unsigned long long>(max_append_ns));
+              static_cast<unsigned long long>(max_append_ns), static_cast<unsigned long long>(events_total));
   std::fflush(stdout);
   if (exit_mode == "abandon") _exit(0);  // like a crash: no close, segment left as is
   reporter.close();

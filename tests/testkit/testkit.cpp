@@ -322,3 +322,36 @@ std::optional<double> value_of(const std::string& exposition, const std::string&
 }
 
 }  // namespace rankstat::testkit
+
+namespace rankstat::testkit {
+
+WriterProcess::WriterProcess(const std::string& shm_dir, const std::vector<std::string>& args) {
+  out_path_ = out_dir_.path() + "/writer.out";
+  std::vector<std::string> argv = {binary_path("tests/integration/rankstat_test_writer")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  process_ = std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{{"RANKSTAT_SHM_DIR", shm_dir}},
+                                            out_path_);
+}
+
+bool WriterProcess::wait_ready(std::chrono::milliseconds timeout) {
+  return wait_until([&] { return output().find("ready") != std::string::npos; }, timeout);
+}
+
+std::optional<std::uint64_t> WriterProcess::events() const {
+  const std::string text = output();
+  const auto at = text.rfind("events=");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoull(text.c_str() + at + 7, nullptr, 10);
+}
+
+std::optional<int> WriterProcess::stop() {
+  process_->signal(SIGTERM);
+  return process_->wait_for(std::chrono::seconds(10));
+}
+
+void WriterProcess::kill() {
+  process_->signal(SIGKILL);
+  process_->wait_for(std::chrono::seconds(10));
+}
+
+}  // namespace rankstat::testkit

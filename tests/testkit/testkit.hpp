@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -100,5 +101,31 @@ std::vector<Sample> samples_of(const std::string& exposition, const std::string&
 // The single value of `family` whose label text contains every `fragment`; nullopt if none or several.
 std::optional<double> value_of(const std::string& exposition, const std::string& family,
                                const std::vector<std::string>& fragments = {});
+
+}  // namespace rankstat::testkit
+
+namespace rankstat::testkit {
+
+// tests/integration/rankstat_test_writer with RANKSTAT_SHM_DIR set, its output captured.
+class WriterProcess {
+ public:
+  WriterProcess(const std::string& shm_dir, const std::vector<std::string>& args);
+  ChildProcess& process() { return *process_; }
+  pid_t pid() const { return process_->pid(); }
+  // Waits until the writer printed "ready" (its values are published).
+  bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  std::string output() const { return read_file(out_path_); }
+  // The "events=<n>" total printed at exit.
+  std::optional<std::uint64_t> events() const;
+  // SIGTERM (clean exit) and wait; returns the exit status.
+  std::optional<int> stop();
+  // SIGKILL (a crash) and wait.
+  void kill();
+
+ private:
+  TempDir out_dir_{"rankstat-writer-out"};
+  std::string out_path_;
+  std::unique_ptr<ChildProcess> process_;
+};
 
 }  // namespace rankstat::testkit

@@ -130,6 +130,66 @@ uint32_t rankstat_scheduler_snapshot_bytes(void);
  * 2 = double). Returns RANKSTAT_ERR_INVALID_ARGUMENT past the last field. */
 int rankstat_scheduler_field(uint32_t index, const char** name, uint32_t* offset, uint32_t* type);
 
+/* ---- What a binding needs besides the scalar fields (so it restates no offsets) ------------------ */
+
+/* report_kind of a scheduler snapshot: which derived values the report owns. */
+#define RANKSTAT_REPORT_UNSPECIFIED 0 /* every value is taken as given */
+#define RANKSTAT_REPORT_PREFILL 1     /* owns cache_hit_rate; gen_throughput keeps the last decode value */
+#define RANKSTAT_REPORT_DECODE 2      /* owns gen_throughput; cache_hit_rate keeps the last prefill value */
+#define RANKSTAT_REPORT_IDLE 3        /* idle refresh: gen_throughput falls to 0 */
+
+/* Bits of the snapshot's `groups` word: optional field groups present in the report. */
+#define RANKSTAT_GROUP_LORA 0x1ull
+#define RANKSTAT_GROUP_HICACHE 0x2ull
+#define RANKSTAT_GROUP_STREAMING_SESSIONS 0x4ull
+#define RANKSTAT_GROUP_SPECULATIVE 0x8ull
+#define RANKSTAT_GROUP_DISAGGREGATION 0x10ull
+#define RANKSTAT_GROUP_ROUTING_KEYS 0x20ull
+
+/* Queues of a per-priority entry (the `queue` byte of a 16-byte entry: i32 priority, u8 queue, u8 flags,
+ * u16 reserved, i64 count). */
+#define RANKSTAT_QUEUE_RUNNING 0
+#define RANKSTAT_QUEUE_WAITING 1
+#define RANKSTAT_QUEUE_PREFILL_BOOTSTRAP 2
+#define RANKSTAT_QUEUE_PREFILL_INFLIGHT 3
+#define RANKSTAT_QUEUE_DECODE_PREALLOC 4
+#define RANKSTAT_QUEUE_DECODE_TRANSFER 5
+#define RANKSTAT_PRIORITY_IS_NONE 1u /* entry flag: SGLang's priority=None requests */
+
+/* Snapshot members that rankstat_scheduler_field does not list (index 0-based): the leading words
+ * report_kind and priority_count (type 3 = uint32), groups (type 4 = uint64), and the routing-key bin
+ * arrays (type 4, `count` elements). Returns RANKSTAT_ERR_INVALID_ARGUMENT past the last member. */
+int rankstat_scheduler_aux_field(uint32_t index, const char** name, uint32_t* offset, uint32_t* type,
+                                 uint32_t* count);
+/* The finite bounds of the routing-key bins ("gt < count <= le"; one more bin above the last bound).
+ * The pointer is to static storage. */
+int rankstat_routing_key_bounds(const double** bounds, uint32_t* count);
+/* Size of one per-priority entry and the most a report may carry. */
+uint32_t rankstat_priority_count_bytes(void);
+uint32_t rankstat_max_priority_counts(void);
+
+/* ---- Batched series updates: one call for many counter / gauge / histogram updates --------------- */
+
+#define RANKSTAT_OP_COUNTER_ADD 1
+#define RANKSTAT_OP_GAUGE_SET 2
+#define RANKSTAT_OP_HISTOGRAM_OBSERVE 3
+
+/* One update, 32 bytes without padding, so bindings can pack an array of them into a plain buffer. */
+typedef struct rankstat_update {
+  uint32_t op;      /* RANKSTAT_OP_* */
+  uint32_t id;      /* from rankstat_register_* */
+  double value;     /* counter delta, gauge value, or the observed value (it picks the bucket) */
+  uint64_t count;   /* histogram: samples added to the bucket of `value` (ignored by the other ops) */
+  double sum_delta; /* histogram: added to the sum (value * count for plain observations) */
+} rankstat_update;
+
+/* Applies `count` updates in order, each exactly as the single call would (same checks). A failed entry
+ * is skipped and the rest still apply. Returns RANKSTAT_OK when every entry applied, else the code of the
+ * first failure; `applied` (may be NULL) receives the number of entries applied. `updates` need not be
+ * aligned. Never allocates. */
+int rankstat_apply_updates(rankstat_reporter* reporter, const rankstat_update* updates, uint32_t count,
+                           uint32_t* applied);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,12 +2,6 @@
 
 #include "http/gzip.hpp"
 
-// See http_server.hpp for why these warnings are silenced around Boost.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wnull-dereference"
-#if defined(__SANITIZE_THREAD__)
-#pragma GCC diagnostic ignored "-Wtsan"
-#endif
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -22,7 +16,6 @@
 #include <boost/beast/http/span_body.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#pragma GCC diagnostic pop
 
 #include <spdlog/spdlog.h>
 

@@ -8,16 +8,7 @@
 // and the Handler all run on the io thread (or while the io_context is not running). The counter
 // accessors are the exception: they may be called from any thread.
 
-// GCC 12 at -O2/-O3 reports false -Wnull-dereference positives inside Asio's scheduler after inlining
-// (and -Wtsan under -fsanitize=thread, since TSan cannot model the fences Asio uses on top of its
-// mutexes). Boost is a system include, but these middle-end warnings escape that filter.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wnull-dereference"
-#if defined(__SANITIZE_THREAD__)
-#pragma GCC diagnostic ignored "-Wtsan"
-#endif
 #include <boost/asio/io_context.hpp>
-#pragma GCC diagnostic pop
 
 #include <chrono>
 #include <cstddef>

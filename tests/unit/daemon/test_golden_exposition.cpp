@@ -92,12 +92,15 @@ TEST_CASE("the engine exposition matches the golden file") {
   report(rank0, 0);
   report(rank1, 1);
 
-  SegmentRegistry registry(dir.path(), {});
+  RetiredTotals retired("");
+  RegistryOptions options;
+  options.directory = dir.path();
+  SegmentRegistry registry(options, retired);
   REQUIRE(registry.scan(1) == 2);
   registry.drain_all(2);
   registry.refresh_cumulative();
   FamilySet set;
-  collect_engine_metrics(registry.generations(), set);
+  collect_engine_metrics(registry.generations(), CollectOptions{}, set);
   std::string text = prometheus::TextSerializer().Serialize(set.finish());
   text = normalise_pids(text);
 

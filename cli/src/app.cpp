@@ -1,0 +1,219 @@
+#include "app.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <CLI/CLI.hpp>
+#include <boost/json/serialize.hpp>
+#include <cstdlib>
+#include <iostream>
+
+#include "address.hpp"
+#include "format.hpp"
+#include "rank_lookup.hpp"
+#include "render.hpp"
+#include "source.hpp"
+#include "top.hpp"
+
+namespace rankstat::cli {
+namespace {
+
+// "250ms", "1.5s", "2m", "1h"; a bare number is seconds (as in top -d and watch -n).
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(number >= 0) || number > 1e9) return std::nullopt;
+  const std::string unit(end);
+  double ms = 0;
+  if (unit == "ms") {
+    ms = number;
+  } else if (unit.empty() || unit == "s") {
+    ms = number * 1e3;
+  } else if (unit == "m") {
+    ms = number * 60e3;
+  } else if (unit == "h") {
+    ms = number * 3600e3;
+  } else {
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+}
+
+std::string check_duration(const std::string& text) {
+  const auto d = parse_duration(text);
+  if (!d || d->count() <= 0) return "'" + text + "' is not a duration (e.g. 500ms, 2s, 1m)";
+  return {};
+}
+
+struct Options {
+  std::string address = "127.0.0.1:9473";
+  bool direct = false;
+  std::string shm_dir = "/dev/shm";
+  std::string stall_after = "30s";
+  std::string timeout = "5s";
+  bool json = false;
+  std::vector<std::string> instances;
+  // show
+  std::string rank;
+  // top
+  std::string interval = "1s";
+  int iterations = 0;
+  std::string sort = "id";
+  bool reverse = false;
+};
+
+bool use_color() {
+  const char* no_color = std::getenv("NO_COLOR");
+  return ::isatty(STDOUT_FILENO) != 0 && (no_color == nullptr || no_color[0] == '\0');
+}
+
+void print_lines(const std::vector<StyledLine>& lines) {
+  const bool color = use_color();
+  for (const StyledLine& line : lines) std::cout << line.render(color) << "\n";
+  std::cout.flush();
+}
+
+void print_json(const boost::json::value& doc) { std::cout << boost::json::serialize(doc) << std::endl; }
+
+std::unique_ptr<RankSource> make_source(const Options& o) {
+  if (o.direct) {
+    DirectOptions d;
+    d.shm_dir = o.shm_dir.empty() ? "/dev/shm" : o.shm_dir;
+    d.stall_after = *parse_duration(o.stall_after);
+    return make_direct_source(d);
+  }
+  std::string error;
+  auto endpoint = parse_address(o.address, error);
+  if (!endpoint) throw CLI::ValidationError("--address", error);
+  DaemonOptions d;
+  d.endpoint = *endpoint;
+  d.timeout = *parse_duration(o.timeout);
+  return make_daemon_source(d);
+}
+
+void keep_instances(boost::json::object& doc, const std::vector<std::string>& instances) {
+  if (instances.empty()) return;
+  auto* ranks = doc.if_contains("ranks");
+  if (ranks == nullptr || !ranks->is_array()) return;
+  boost::json::array kept;
+  for (auto& r : ranks->as_array()) {
+    const std::string instance = string_at(r, {"instance"});
+    if (std::find(instances.begin(), instances.end(), instance) != instances.end()) kept.emplace_back(std::move(r));
+  }
+  *ranks = std::move(kept);
+}
+
+int command_ranks(RankSource& source, const Options& o) {
+  boost::json::object doc = source.ranks();
+  keep_instances(doc, o.instances);
+  if (o.json) {
+    print_json(doc);
+  } else {
+    print_lines(render_ranks(doc));
+  }
+  return kExitOk;
+}
+
+int command_show(RankSource& source, const Options& o) {
+  if (!is_plausible_rank_id(o.rank)) {
+    std::cerr << "rankstat: no rank '" << o.rank << "': rank ids are <instance>.<role>.<rank-key>\n";
+    return kExitNotFound;
+  }
+  std::optional<boost::json::object> detail;
+  if (std::count(o.rank.begin(), o.rank.end(), '.') >= 2) detail = source.rank(o.rank);
+  if (!detail) {
+    const RankMatch match = match_rank(source.ranks(), o.rank);
+    if (match.ids.size() > 1) {
+      std::cerr << "rankstat: '" << o.rank << "' matches " << match.ids.size() << " ranks; give the full id:\n";
+      for (const auto& id : match.ids) std::cerr << "  " << id << "\n";
+      return kExitNotFound;
+    }
+    if (match.ids.size() == 1) detail = source.rank(match.ids.front());
+  }
+  if (!detail) {
+    std::cerr << "rankstat: no rank '" << o.rank << "' (`rankstat ranks` lists them)\n";
+    return kExitNotFound;
+  }
+  if (o.json) {
+    print_json(*detail);
+  } else {
+    print_lines(render_rank(*detail));
+  }
+  return kExitOk;
+}
+
+int command_top(RankSource& source, const Options& o) {
+  TopOptions t;
+  t.interval = *parse_duration(o.interval);
+  t.iterations = o.iterations;
+  t.sort = *sort_key_from_name(o.sort);
+  t.reverse = o.reverse;
+  t.json = o.json;
+  t.color = use_color();
+  t.instances = o.instances;
+  return run_top(source, t);
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{"rankstat: live views of the SGLang ranks that report through rankstat.\n"
+               "Reads rankstatd's JSON API, or with --direct the shared-memory segments themselves (read-only)."};
+  app.set_version_flag("--version", std::string("rankstat ") + RANKSTAT_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();  // the common options work before and after the command
+  app.footer(
+      "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 daemon unreachable (or no segments with --direct),\n"
+      "4 no such rank. JSON schema: docs/api.md.");
+  app.add_option("--address", o.address, "rankstatd's listen address, host:port")
+      ->envname("RANKSTAT_ADDRESS")
+      ->capture_default_str();
+  app.add_flag("--direct", o.direct, "Read the segments in --shm-dir directly (read-only; no daemon needed)");
+  app.add_option("--shm-dir", o.shm_dir, "Segment directory for --direct")
+      ->envname("RANKSTAT_SHM_DIR")
+      ->capture_default_str();
+  app.add_option("--stall-after", o.stall_after, "--direct: heartbeat age after which a live rank is STALLED")
+      ->capture_default_str()
+      ->check(check_duration);
+  app.add_option("--timeout", o.timeout, "HTTP timeout per request")->capture_default_str()->check(check_duration);
+  app.add_flag("--json", o.json, "Print JSON (schema in docs/api.md) instead of tables");
+  app.add_option("--instance", o.instances, "Only ranks of this engine instance (repeatable)");
+
+  auto* ranks = app.add_subcommand("ranks", "Every segment: identity, liveness, heartbeat, record rate, ring health");
+  auto* show = app.add_subcommand("show", "The latest full snapshot of one rank, its counters and histograms");
+  show->add_option("rank", o.rank, "Rank id (<instance>.<role>.<rank-key>) or an unambiguous rank key")->required();
+  auto* top = app.add_subcommand("top", "Live view, one row per rank (q quit, s sort, r reverse)");
+  top->add_option("--interval,-d", o.interval, "Refresh interval")->capture_default_str()->check(check_duration);
+  top->add_option("--iterations,-n", o.iterations, "Stop after this many refreshes (0: run until q)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  top->add_option("--sort", o.sort, "Initial sort column")->capture_default_str()->check(CLI::IsMember(sort_key_names()));
+  top->add_flag("--reverse", o.reverse, "Reverse the sort order");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help, version or the error
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    auto source = make_source(o);
+    if (ranks->parsed()) return command_ranks(*source, o);
+    if (show->parsed()) return command_show(*source, o);
+    if (top->parsed()) return command_top(*source, o);
+    return kExitUsage;
+  } catch (const CLI::ValidationError& e) {
+    std::cerr << "rankstat: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const SourceUnavailable& e) {
+    std::cerr << "rankstat: " << e.what() << "\n";
+    return kExitUnavailable;
+  } catch (const std::exception& e) {
+    std::cerr << "rankstat: " << e.what() << "\n";
+    return kExitRuntime;
+  }
+}
+
+}  // namespace rankstat::cli

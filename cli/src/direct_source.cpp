@@ -1,0 +1,418 @@
+// RankSource over the segments themselves, mapped read-only (like AeronStat on Aeron's CnC file). It
+// never writes a byte: no head, no consumer heartbeat, no unlink. It therefore works with the daemon
+// down and cannot disturb it when it is up. The documents it builds use the daemon's field names
+// (daemon/src/api_json.cpp) and its liveness rule (segment_registry.cpp); docs/api.md lists the few
+// fields that differ by nature (records_drained, rejected_segments, records_per_second's window).
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/json/value.hpp>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/naming.hpp"
+#include "rankstat/shmproto/process.hpp"
+#include "rankstat/shmproto/reader.hpp"
+#include "rankstat/shmproto/ring.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
+#include "source.hpp"
+
+namespace rankstat::cli {
+namespace {
+
+// SGLang's idle rule, as the daemon applies it: gen_throughput falls to 0 after 30 s without a decode
+// report.
+constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;
+// A peek can lose a race with a writer that laps the ring; a few retries settle it.
+constexpr int kPeekAttempts = 8;
+
+boost::json::value number_or_null(double v) {
+  if (std::isfinite(v)) return v;
+  return nullptr;
+}
+
+double seconds_between(std::uint64_t earlier_ns, std::uint64_t later_ns) {
+  return later_ns > earlier_ns ? static_cast<double>(later_ns - earlier_ns) / 1e9 : 0.0;
+}
+
+std::string_view report_kind_name(std::uint32_t kind) {
+  switch (static_cast<shm::ReportKind>(kind)) {
+    case shm::ReportKind::kPrefill:
+      return "prefill";
+    case shm::ReportKind::kDecode:
+      return "decode";
+    case shm::ReportKind::kIdle:
+      return "idle";
+    case shm::ReportKind::kUnspecified:
+      break;
+  }
+  return "unspecified";
+}
+
+std::string_view gauge_mode_name(shm::GaugeMode mode) {
+  static constexpr std::string_view kNames[] = {"all", "liveall", "sum",        "livesum",       "min",
+                                                "livemin", "max",   "livemax", "mostrecent", "livemostrecent"};
+  const auto i = static_cast<std::size_t>(mode);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
+}
+
+// One segment generation as this observer sees it.
+struct Observed {
+  std::string id;
+  shm::OpenedSegment opened;
+  // records_per_second: the last sample of records_written.
+  std::uint64_t sample_ns = 0;
+  std::uint64_t sample_records = 0;
+  double records_per_second = 0;
+  bool have_rate = false;
+  // Report-kind ownership over the snapshots seen so far (the daemon's rule, applied to samples).
+  bool seen_prefill = false;
+  double last_cache_hit_rate = 0;
+  bool seen_decode = false;
+  double last_gen_throughput = 0;
+  std::uint64_t last_decode_ns = 0;
+};
+
+class DirectSource final : public RankSource {
+ public:
+  explicit DirectSource(DirectOptions options) : options_(std::move(options)) {}
+
+  boost::json::object ranks() override {
+    scan();
+    const std::uint64_t now = shm::monotonic_ns();
+    boost::json::object doc;
+    doc["shm_dir"] = options_.shm_dir;
+    boost::json::array list;
+    for (auto& [name, observed] : observed_) list.emplace_back(summary(observed, now));
+    doc["ranks"] = std::move(list);
+    boost::json::object rejected;
+    for (const auto& [reason, count] : rejected_) rejected[reason] = count;
+    doc["rejected_segments"] = std::move(rejected);
+    return doc;
+  }
+
+  std::optional<boost::json::object> rank(const std::string& id) override {
+    scan();
+    auto it = observed_.find(std::string(shm::kSegmentPrefix) + id);
+    if (it == observed_.end()) return std::nullopt;
+    return detail(it->second, shm::monotonic_ns());
+  }
+
+  boost::json::array all_details() override {
+    scan();
+    const std::uint64_t now = shm::monotonic_ns();
+    boost::json::array out;
+    for (auto& [name, observed] : observed_) out.emplace_back(detail(observed, now));
+    return out;
+  }
+
+  std::string description() const override { return "direct " + options_.shm_dir; }
+
+ private:
+  // Lists the directory, maps new segments and new generations read-only, forgets vanished ones, and
+  // samples the record rates. Throws SourceUnavailable when there is nothing to show.
+  void scan() {
+    rejected_.clear();
+    DIR* dir = opendir(options_.shm_dir.c_str());
+    if (dir == nullptr) {
+      throw SourceUnavailable("cannot list the shm directory " + options_.shm_dir + ": " + shm::errno_text(errno));
+    }
+    std::vector<std::string> names;
+    while (const dirent* entry = readdir(dir)) {
+      std::string name = entry->d_name;
+      if (shm::parse_segment_name(name)) names.push_back(std::move(name));
+    }
+    closedir(dir);
+    std::sort(names.begin(), names.end());
+    std::map<std::string, Observed> next;
+    std::vector<std::string> messages;
+    for (const std::string& name : names) {
+      const std::string path = options_.shm_dir + "/" + name;
+      struct stat st {};
+      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      auto known = observed_.find(name);
+      if (known != observed_.end() && known->second.opened.inode == st.st_ino &&
+          known->second.opened.device == st.st_dev) {
+        next.emplace(name, std::move(known->second));
+        continue;
+      }
+      shm::OpenedSegment opened = shm::open_segment(path, /*consumer=*/false);
+      if (opened.reason == shm::RejectReason::kNotReady) continue;  // a writer mid-creation
+      if (opened.reason != shm::RejectReason::kNone) {
+        ++rejected_[std::string(shm::reject_reason_name(opened.reason))];
+        messages.push_back(opened.message);
+        continue;
+      }
+      Observed observed;
+      observed.id = name.substr(shm::kSegmentPrefix.size());
+      observed.opened = std::move(opened);
+      next.emplace(name, std::move(observed));
+    }
+    observed_ = std::move(next);
+    if (observed_.empty()) {
+      std::string what = "no rankstat segments in " + options_.shm_dir;
+      if (!messages.empty()) {
+        what += "; " + std::to_string(messages.size()) + " could not be read, e.g. " + messages.front();
+        if (rejected_.count("open_failed") != 0) what += " (is this user in the engine's group?)";
+      }
+      throw SourceUnavailable(what);
+    }
+    sample_rates();
+  }
+
+  // records_per_second from two samples of records_written: the previous call's, or (first sight) one
+  // taken rate_window earlier.
+  void sample_rates() {
+    bool fresh = false;
+    for (auto& [name, o] : observed_) {
+      if (o.sample_ns != 0) continue;
+      o.sample_ns = shm::monotonic_ns();
+      o.sample_records = producer(o).records_written;
+      fresh = true;
+    }
+    if (fresh && options_.rate_window.count() > 0) std::this_thread::sleep_for(options_.rate_window);
+    const std::uint64_t now = shm::monotonic_ns();
+    for (auto& [name, o] : observed_) {
+      const std::uint64_t written = producer(o).records_written;
+      const std::uint64_t elapsed = now > o.sample_ns ? now - o.sample_ns : 0;
+      if (elapsed < 50'000'000 && o.have_rate) continue;  // too close to the last sample to say more
+      if (elapsed == 0) continue;
+      const std::uint64_t delta = written >= o.sample_records ? written - o.sample_records : 0;
+      o.records_per_second = static_cast<double>(delta) * 1e9 / static_cast<double>(elapsed);
+      o.have_rate = true;
+      o.sample_ns = now;
+      o.sample_records = written;
+    }
+  }
+
+  static shm::ProducerState producer(const Observed& o) { return shm::read_producer_state(*o.opened.file.header()); }
+
+  // The daemon's rule: CLOSED on a clean exit; DEAD when the writer process is gone or its pid was
+  // reused (start time differs); STALLED when the heartbeat is older than --stall-after; else LIVE.
+  std::string_view state_of(const Observed& o, const shm::ProducerState& p, std::uint64_t now) const {
+    if (p.closed) return "CLOSED";
+    const shm::SegmentHeader& h = o.opened.identity;
+    if (h.pid_start_ticks != 0) {
+      const auto ticks = shm::process_start_ticks(h.pid);
+      if (!ticks || *ticks != h.pid_start_ticks) return "DEAD";
+    }
+    const auto stall_ns = static_cast<std::uint64_t>(options_.stall_after.count()) * 1'000'000ull;
+    if (now > p.heartbeat_ns && now - p.heartbeat_ns > stall_ns) return "STALLED";
+    return "LIVE";
+  }
+
+  boost::json::object summary(const Observed& o, std::uint64_t now) const {
+    const shm::SegmentHeader& h = o.opened.identity;
+    const shm::ProducerState p = producer(o);
+    boost::json::object out;
+    out["id"] = o.id;
+    out["instance"] = h.instance;
+    out["role"] = shm::role_name(static_cast<shm::Role>(h.role));
+    out["rank_key"] = h.rank_key;
+    out["model_name"] = h.model_name;
+    out["engine_type"] = h.engine_type;
+    boost::json::object ranks;
+    const std::pair<const char*, std::int32_t> rank_fields[] = {
+        {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},           {"dp_rank", h.dp_rank},
+        {"moe_ep_rank", h.moe_ep_rank},   {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
+        {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},           {"pp_size", h.pp_size},
+        {"dp_size", h.dp_size}};
+    for (const auto& [name, value] : rank_fields) {
+      if (value == shm::kRankUnset) {
+        ranks[name] = nullptr;
+      } else {
+        ranks[name] = value;
+      }
+    }
+    out["ranks"] = std::move(ranks);
+    out["pid"] = h.pid;
+    out["generation"] = std::to_string(h.generation);
+    out["state"] = state_of(o, p, now);
+    out["heartbeat_age_seconds"] = seconds_between(p.heartbeat_ns, now);
+    out["records_per_second"] = o.records_per_second;
+    out["records_written"] = p.records_written;
+    out["records_drained"] = nullptr;  // an observer drains nothing
+    out["dropped_records"] = p.dropped_records;
+    out["oversize_records"] = p.oversize_records;
+    out["ring_bytes"] = h.ring_bytes;
+    // The consumer's published head against the writer's tail: how full the ring really is.
+    const bool indices_sane = p.tail >= p.head && p.tail - p.head <= h.ring_bytes;
+    out["ring_fill_ratio"] =
+        indices_sane && h.ring_bytes != 0
+            ? std::min(1.0, static_cast<double>(p.tail - p.head) / static_cast<double>(h.ring_bytes))
+            : 0.0;
+    out["ring_quarantined"] = !indices_sane;
+    out["layout_version"] = std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor);
+    out["priority_scheduling"] = (h.flags & shm::kFlagPriorityScheduling) != 0;
+    out["all_schedulers_metrics"] = (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
+    return out;
+  }
+
+  boost::json::object detail(Observed& o, std::uint64_t now) {
+    boost::json::object out = summary(o, now);
+    out["scheduler"] = scheduler_json(o, now);
+    out["series"] = series_json(o);
+    return out;
+  }
+
+  // The newest scheduler snapshot, copied without consuming (peek_latest_record); null if none.
+  boost::json::value scheduler_json(Observed& o, std::uint64_t now) {
+    const shm::SegmentHeader& h = o.opened.identity;
+    shm::RecordHeader record{};
+    std::int64_t bytes = -1;
+    for (int attempt = 0; attempt < kPeekAttempts && bytes < 0; ++attempt) {
+      bytes = shm::peek_latest_record(o.opened.file.header(), o.opened.ring(), h.ring_bytes,
+                                      shm::RecordType::kSchedulerSnapshot, record, payload_);
+    }
+    if (bytes < 0 || record.type_version < 1 || static_cast<std::uint64_t>(bytes) < sizeof(shm::SchedulerSnapshot)) {
+      return nullptr;
+    }
+    shm::SchedulerSnapshot fixed;
+    std::memcpy(&fixed, payload_.data(), sizeof fixed);
+    const std::size_t room = (static_cast<std::size_t>(bytes) - sizeof fixed) / sizeof(shm::PriorityCount);
+    const std::size_t count = std::min<std::size_t>({fixed.priority_count, room, std::size_t{shm::kMaxPriorityCounts}});
+    apply_ownership(o, fixed, record.timestamp_ns, now);
+
+    boost::json::object snapshot;
+    snapshot["report_kind"] = report_kind_name(fixed.report_kind);
+    snapshot["sequence"] = record.sequence;
+    snapshot["age_seconds"] = seconds_between(record.timestamp_ns, now);
+    boost::json::object sections;
+    const auto* raw = reinterpret_cast<const std::uint8_t*>(&fixed);
+    for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
+      if (field.group != 0 && (fixed.groups & field.group) == 0) continue;
+      auto& section = sections[field.section];
+      if (!section.is_object()) section = boost::json::object();
+      if (field.type == shm::FieldType::kI64) {
+        std::int64_t v = 0;
+        std::memcpy(&v, raw + field.offset, sizeof v);
+        section.as_object()[field.name] = v;
+      } else {
+        double v = 0;
+        std::memcpy(&v, raw + field.offset, sizeof v);
+        section.as_object()[field.name] = number_or_null(v);
+      }
+    }
+    boost::json::array priorities;
+    for (std::size_t i = 0; i < count; ++i) {
+      shm::PriorityCount entry;
+      std::memcpy(&entry, payload_.data() + sizeof fixed + i * sizeof entry, sizeof entry);
+      if (entry.queue >= shm::kQueueIdCount) continue;
+      boost::json::object e;
+      e["queue"] = shm::kQueueTotalField[entry.queue];
+      if ((entry.flags & shm::kPriorityIsNone) != 0) {
+        e["priority"] = nullptr;
+      } else {
+        e["priority"] = entry.priority;
+      }
+      e["count"] = entry.count;
+      priorities.emplace_back(std::move(e));
+    }
+    sections["priorities"] = std::move(priorities);
+    snapshot["fields"] = std::move(sections);
+    return snapshot;
+  }
+
+  // cache_hit_rate is prefill-owned and gen_throughput decode-owned (SGLang's rule, as the daemon
+  // applies it to every record it drains). An observer sees only samples, so it carries what it saw.
+  static void apply_ownership(Observed& o, shm::SchedulerSnapshot& s, std::uint64_t timestamp_ns, std::uint64_t now) {
+    switch (static_cast<shm::ReportKind>(s.report_kind)) {
+      case shm::ReportKind::kPrefill:
+        o.seen_prefill = true;
+        o.last_cache_hit_rate = s.cache_hit_rate;
+        if (o.seen_decode) s.gen_throughput = o.last_gen_throughput;
+        break;
+      case shm::ReportKind::kDecode:
+        if (o.seen_prefill) s.cache_hit_rate = o.last_cache_hit_rate;
+        o.seen_decode = true;
+        o.last_gen_throughput = s.gen_throughput;
+        o.last_decode_ns = timestamp_ns;
+        break;
+      case shm::ReportKind::kIdle:
+        if (o.seen_prefill) s.cache_hit_rate = o.last_cache_hit_rate;
+        s.gen_throughput = 0;
+        o.seen_decode = true;
+        o.last_gen_throughput = 0;
+        break;
+      case shm::ReportKind::kUnspecified:
+        break;
+    }
+    if (o.last_decode_ns != 0 && now > o.last_decode_ns && now - o.last_decode_ns > kGenThroughputStaleNs) {
+      s.gen_throughput = 0;
+    }
+  }
+
+  static boost::json::array series_json(const Observed& o) {
+    boost::json::array out;
+    const shm::CumulativeReader reader(o.opened.cumulative(), o.opened.cumulative_geometry);
+    const std::uint32_t published = reader.published_series();
+    shm::SeriesValue value;
+    for (std::uint32_t i = 0; i < published; ++i) {
+      const auto info = reader.read_descriptor(i);
+      if (!info) continue;  // malformed: the daemon skips and counts it too
+      reader.read_value(*info, value);
+      boost::json::object entry;
+      entry["family"] = info->family;
+      boost::json::object labels;
+      for (const auto& [name, text] : info->labels) labels[name] = text;
+      entry["labels"] = std::move(labels);
+      switch (info->kind) {
+        case shm::SeriesKind::kCounter:
+          entry["type"] = "counter";
+          entry["value"] = value.consistent ? number_or_null(value.value) : nullptr;
+          break;
+        case shm::SeriesKind::kGauge:
+          entry["type"] = "gauge";
+          entry["mode"] = gauge_mode_name(info->gauge_mode);
+          if (value.set_ns == 0 || !value.consistent) {
+            entry["value"] = nullptr;
+          } else {
+            entry["value"] = number_or_null(value.value);
+          }
+          break;
+        case shm::SeriesKind::kHistogram: {
+          entry["type"] = "histogram";
+          std::uint64_t total = 0;
+          for (auto c : value.counts) total += c;
+          entry["count"] = total;
+          entry["sum"] = number_or_null(value.sum);
+          boost::json::array buckets;
+          std::uint64_t cumulative = 0;
+          for (std::size_t b = 0; b < value.counts.size(); ++b) {
+            cumulative += value.counts[b];
+            boost::json::object bucket;
+            if (b < info->bounds.size()) {
+              bucket["le"] = info->bounds[b];
+            } else {
+              bucket["le"] = "+Inf";
+            }
+            bucket["cumulative_count"] = cumulative;
+            buckets.emplace_back(std::move(bucket));
+          }
+          entry["buckets"] = std::move(buckets);
+          break;
+        }
+      }
+      out.emplace_back(std::move(entry));
+    }
+    return out;
+  }
+
+  DirectOptions options_;
+  std::map<std::string, Observed> observed_;      // by segment file name
+  std::map<std::string, std::uint64_t> rejected_;  // by reason, in the last scan
+  alignas(8) std::array<std::uint8_t, shm::kMaxRecordBytes> payload_{};
+};
+
+}  // namespace
+
+std::unique_ptr<RankSource> make_direct_source(DirectOptions options) {
+  return std::make_unique<DirectSource>(std::move(options));
+}
+
+}  // namespace rankstat::cli

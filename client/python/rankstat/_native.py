@@ -1,0 +1,342 @@
+"""Loading librankstat.so and declaring its C ABI for ctypes.
+
+Where the library comes from, in order:
+  1. the path in $RANKSTAT_LIBRARY;
+  2. librankstat.so next to this package (a wheel or an install that ships it);
+  3. a build tree around the package: <repo>/build/*/client/librankstat.so, newest first;
+  4. the system loader (librankstat.so.0 / librankstat.so on the library path).
+
+After loading, the layout the library writes is checked: its major version must be the one this
+package was written for, and its layout hash must be one this package knows, because the package
+packs records itself. Offsets are never restated here: they come from rankstat_scheduler_field and
+rankstat_scheduler_aux_field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+# The contract this package packs: layout major 1, and the layout hashes it has been checked against
+# (tests/python checks that the library built from this tree is one of them).
+LAYOUT_MAJOR = 1
+KNOWN_LAYOUT_HASHES = frozenset({0xBE6D74074EC0882F})
+
+# Error codes (rankstat.h).
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_NO_SPACE = 2
+ERR_PERMISSION = 3
+ERR_IO = 4
+ERR_RING_FULL = 5
+ERR_OVERSIZE = 6
+ERR_CLOSED = 7
+ERR_REGISTRY_FULL = 8
+
+ERROR_NAMES = {
+    OK: "ok",
+    ERR_INVALID_ARGUMENT: "invalid_argument",
+    ERR_NO_SPACE: "no_space",
+    ERR_PERMISSION: "permission",
+    ERR_IO: "io",
+    ERR_RING_FULL: "ring_full",
+    ERR_OVERSIZE: "oversize",
+    ERR_CLOSED: "closed",
+    ERR_REGISTRY_FULL: "registry_full",
+}
+
+ROLE_SCHEDULER = 1
+ROLE_TOKENIZER = 2
+ROLE_DETOKENIZER = 3
+ROLE_OTHER = 4
+ROLES = {"scheduler": ROLE_SCHEDULER, "tokenizer": ROLE_TOKENIZER, "detokenizer": ROLE_DETOKENIZER,
+         "other": ROLE_OTHER}
+
+RANK_UNSET = -1
+
+FLAG_PRIORITY_SCHEDULING = 1
+FLAG_ALL_SCHEDULERS_METRICS = 2
+FLAG_DP_ATTENTION = 4
+
+GAUGE_MODES = {
+    "all": 0, "liveall": 1, "sum": 2, "livesum": 3, "min": 4, "livemin": 5, "max": 6, "livemax": 7,
+    "mostrecent": 8, "livemostrecent": 9,
+}
+
+REPORT_UNSPECIFIED = 0
+REPORT_PREFILL = 1
+REPORT_DECODE = 2
+REPORT_IDLE = 3
+
+GROUP_LORA = 0x1
+GROUP_HICACHE = 0x2
+GROUP_STREAMING_SESSIONS = 0x4
+GROUP_SPECULATIVE = 0x8
+GROUP_DISAGGREGATION = 0x10
+GROUP_ROUTING_KEYS = 0x20
+
+QUEUE_RUNNING = 0
+QUEUE_WAITING = 1
+QUEUE_PREFILL_BOOTSTRAP = 2
+QUEUE_PREFILL_INFLIGHT = 3
+QUEUE_DECODE_PREALLOC = 4
+QUEUE_DECODE_TRANSFER = 5
+PRIORITY_IS_NONE = 1
+
+OP_COUNTER_ADD = 1
+OP_GAUGE_SET = 2
+OP_HISTOGRAM_OBSERVE = 3
+
+SERIES_WITHOUT_IDENTITY_LABELS = 1  # kSeriesWithoutIdentityLabels: only the series' own labels
+
+
+class RankstatError(RuntimeError):
+    """A rankstat call failed; `code` is the RANKSTAT_* error code."""
+
+    def __init__(self, message: str, code: int = ERR_IO):
+        super().__init__(message)
+        self.code = code
+
+
+class RankstatLibraryError(RankstatError):
+    """librankstat.so could not be found or loaded."""
+
+
+class RankstatLayoutError(RankstatError):
+    """The library writes a layout this package does not know how to pack."""
+
+
+class Identity(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("role", ctypes.c_uint32),
+        ("instance", ctypes.c_char_p),
+        ("rank_key", ctypes.c_char_p),
+        ("model_name", ctypes.c_char_p),
+        ("engine_type", ctypes.c_char_p),
+        ("tp_rank", ctypes.c_int32),
+        ("pp_rank", ctypes.c_int32),
+        ("dp_rank", ctypes.c_int32),
+        ("moe_ep_rank", ctypes.c_int32),
+        ("attn_tp_rank", ctypes.c_int32),
+        ("attn_dp_rank", ctypes.c_int32),
+        ("attn_cp_rank", ctypes.c_int32),
+        ("tp_size", ctypes.c_int32),
+        ("pp_size", ctypes.c_int32),
+        ("dp_size", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("extra_label_count", ctypes.c_uint32),
+        ("extra_label_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("extra_label_values", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
+class Geometry(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("series_capacity", ctypes.c_uint32),
+        ("ring_bytes", ctypes.c_uint64),
+        ("bounds_capacity", ctypes.c_uint32),
+        ("values_capacity", ctypes.c_uint32),
+    ]
+
+
+@dataclass(frozen=True)
+class SnapshotField:
+    name: str
+    offset: int
+    kind: str  # struct format character: q (int64), d (double), I (uint32), Q (uint64)
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    major: int
+    minor: int
+    hash: int
+    snapshot_bytes: int
+    scalar_fields: Tuple[SnapshotField, ...]
+    aux_fields: Dict[str, SnapshotField]
+    routing_key_bounds: Tuple[float, ...]
+    priority_count_bytes: int
+    max_priority_counts: int
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c_void_p, c_uint32, c_uint64, c_int, c_double = (ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64,
+                                                     ctypes.c_int, ctypes.c_double)
+    c_char_pp = ctypes.POINTER(ctypes.c_char_p)
+    u32p = ctypes.POINTER(ctypes.c_uint32)
+    protos = {
+        "rankstat_identity_init": (None, [ctypes.POINTER(Identity)]),
+        "rankstat_open": (c_int, [ctypes.POINTER(Identity), ctypes.POINTER(Geometry), ctypes.POINTER(c_void_p)]),
+        "rankstat_close": (None, [c_void_p]),
+        "rankstat_last_error": (ctypes.c_char_p, []),
+        "rankstat_report_scheduler": (c_int, [c_void_p, c_void_p, c_uint32, c_void_p, c_uint32]),
+        "rankstat_heartbeat": (c_int, [c_void_p]),
+        "rankstat_register_counter": (c_int, [c_void_p, ctypes.c_char_p, c_uint32, c_char_pp, c_char_pp, u32p]),
+        "rankstat_register_gauge": (c_int, [c_void_p, ctypes.c_char_p, c_uint32, c_uint32, c_char_pp, c_char_pp,
+                                            u32p]),
+        "rankstat_register_histogram": (c_int, [c_void_p, ctypes.c_char_p, c_uint32, c_char_pp, c_char_pp,
+                                                ctypes.POINTER(c_double), c_uint32, u32p]),
+        "rankstat_counter_add": (c_int, [c_void_p, c_uint32, c_double]),
+        "rankstat_gauge_set": (c_int, [c_void_p, c_uint32, c_double]),
+        "rankstat_histogram_observe": (c_int, [c_void_p, c_uint32, c_double]),
+        "rankstat_histogram_observe_many": (c_int, [c_void_p, c_uint32, c_double, c_uint64, c_double]),
+        "rankstat_apply_updates": (c_int, [c_void_p, c_void_p, c_uint32, u32p]),
+        "rankstat_dropped_records": (c_uint64, [c_void_p]),
+        "rankstat_layout_major": (c_uint32, []),
+        "rankstat_layout_minor": (c_uint32, []),
+        "rankstat_layout_hash": (c_uint64, []),
+        "rankstat_scheduler_snapshot_bytes": (c_uint32, []),
+        "rankstat_scheduler_field": (c_int, [c_uint32, ctypes.POINTER(ctypes.c_char_p), u32p, u32p]),
+        "rankstat_scheduler_aux_field": (c_int, [c_uint32, ctypes.POINTER(ctypes.c_char_p), u32p, u32p, u32p]),
+        "rankstat_routing_key_bounds": (c_int, [ctypes.POINTER(ctypes.POINTER(c_double)), u32p]),
+        "rankstat_priority_count_bytes": (c_uint32, []),
+        "rankstat_max_priority_counts": (c_uint32, []),
+    }
+    missing = []
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            missing.append(name)
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if missing:
+        raise RankstatLibraryError(f"{lib._name} lacks {', '.join(missing)}: it is older than this package")
+
+
+def _read_layout(lib: ctypes.CDLL) -> Layout:
+    name = ctypes.c_char_p()
+    offset = ctypes.c_uint32()
+    kind = ctypes.c_uint32()
+    count = ctypes.c_uint32()
+    scalars: List[SnapshotField] = []
+    index = 0
+    while lib.rankstat_scheduler_field(index, ctypes.byref(name), ctypes.byref(offset), ctypes.byref(kind)) == OK:
+        fmt = {1: "q", 2: "d"}.get(kind.value)
+        if fmt is None:
+            raise RankstatLayoutError(f"scheduler field {name.value!r} has unknown type {kind.value}")
+        scalars.append(SnapshotField(name.value.decode(), offset.value, fmt))
+        index += 1
+    aux: Dict[str, SnapshotField] = {}
+    index = 0
+    while lib.rankstat_scheduler_aux_field(index, ctypes.byref(name), ctypes.byref(offset), ctypes.byref(kind),
+                                           ctypes.byref(count)) == OK:
+        fmt = {3: "I", 4: "Q"}.get(kind.value)
+        if fmt is None:
+            raise RankstatLayoutError(f"scheduler member {name.value!r} has unknown type {kind.value}")
+        aux[name.value.decode()] = SnapshotField(name.value.decode(), offset.value, fmt, count.value)
+        index += 1
+    bounds_ptr = ctypes.POINTER(ctypes.c_double)()
+    n_bounds = ctypes.c_uint32()
+    lib.rankstat_routing_key_bounds(ctypes.byref(bounds_ptr), ctypes.byref(n_bounds))
+    bounds = tuple(bounds_ptr[i] for i in range(n_bounds.value))
+    return Layout(
+        major=lib.rankstat_layout_major(),
+        minor=lib.rankstat_layout_minor(),
+        hash=lib.rankstat_layout_hash(),
+        snapshot_bytes=lib.rankstat_scheduler_snapshot_bytes(),
+        scalar_fields=tuple(scalars),
+        aux_fields=aux,
+        routing_key_bounds=bounds,
+        priority_count_bytes=lib.rankstat_priority_count_bytes(),
+        max_priority_counts=lib.rankstat_max_priority_counts(),
+    )
+
+
+def candidate_paths() -> List[str]:
+    """Where load_library() looks, in order (the system loader is tried last, by name)."""
+    out: List[str] = []
+    env = os.environ.get("RANKSTAT_LIBRARY")
+    if env:
+        out.append(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out.extend(sorted(glob.glob(os.path.join(here, "librankstat.so*"))))
+    # <repo>/client/python/rankstat -> <repo>
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    built = glob.glob(os.path.join(repo, "build", "*", "client", "librankstat.so"))
+    built.sort(key=lambda p: os.path.getmtime(p), reverse=True)
+    out.extend(built)
+    return out
+
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_layout: Optional[Layout] = None
+_path: Optional[str] = None
+
+
+def _check_layout(layout: Layout, path: str) -> None:
+    if layout.major != LAYOUT_MAJOR:
+        raise RankstatLayoutError(
+            f"{path} writes layout {layout.major}.{layout.minor} (hash {layout.hash:#018x}); this rankstat "
+            f"package packs layout major {LAYOUT_MAJOR}: the layout major must match", ERR_INVALID_ARGUMENT)
+    if layout.hash not in KNOWN_LAYOUT_HASHES and os.environ.get("RANKSTAT_ACCEPT_LAYOUT_HASH", "").lower() not in (
+            f"{layout.hash:#x}", f"{layout.hash:x}", f"{layout.hash:#018x}"):
+        known = ", ".join(f"{h:#018x}" for h in sorted(KNOWN_LAYOUT_HASHES))
+        raise RankstatLayoutError(
+            f"{path} writes layout {layout.major}.{layout.minor} with hash {layout.hash:#018x}, which this "
+            f"rankstat package has not been checked against (known: {known}); update "
+            f"rankstat/_native.py:KNOWN_LAYOUT_HASHES after checking, or set RANKSTAT_ACCEPT_LAYOUT_HASH",
+            ERR_INVALID_ARGUMENT)
+    if layout.priority_count_bytes != 16:
+        raise RankstatLayoutError(f"{path}: per-priority entries are {layout.priority_count_bytes} bytes, not 16")
+    for needed in ("report_kind", "priority_count", "groups", "routing_key_running_req_counts",
+                   "routing_key_all_req_counts"):
+        if needed not in layout.aux_fields:
+            raise RankstatLayoutError(f"{path} does not describe the snapshot member {needed!r}")
+
+
+def load_library() -> Tuple[ctypes.CDLL, Layout]:
+    """Loads (once per process) and checks librankstat.so; raises RankstatLibraryError or
+    RankstatLayoutError."""
+    global _lib, _layout, _path
+    with _lock:
+        if _lib is not None and _layout is not None:
+            return _lib, _layout
+        errors = []
+        for path in candidate_paths():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+                if path == os.environ.get("RANKSTAT_LIBRARY"):
+                    raise RankstatLibraryError(f"RANKSTAT_LIBRARY={path} cannot be loaded: {e}") from e
+                continue
+            _declare(lib)
+            layout = _read_layout(lib)
+            _check_layout(layout, path)
+            _lib, _layout, _path = lib, layout, path
+            return lib, layout
+        for name in ("librankstat.so.0", "librankstat.so", ctypes.util.find_library("rankstat")):
+            if not name:
+                continue
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError as e:
+                errors.append(f"{name}: {e}")
+                continue
+            _declare(lib)
+            layout = _read_layout(lib)
+            _check_layout(layout, name)
+            _lib, _layout, _path = lib, layout, name
+            return lib, layout
+        raise RankstatLibraryError(
+            "librankstat.so not found (set RANKSTAT_LIBRARY to its path); tried: " + "; ".join(errors or ["nothing"]))
+
+
+def library_path() -> Optional[str]:
+    """The path of the loaded library (None before the first load)."""
+    return _path
+
+
+def last_error(lib: ctypes.CDLL) -> str:
+    text = lib.rankstat_last_error()
+    return text.decode("utf-8", "replace") if text else ""

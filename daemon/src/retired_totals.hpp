@@ -1,0 +1,65 @@
+// Totals of retired generations: the counters and histograms of ranks that died or exited and whose
+// segments the daemon has let go of. Folding them here keeps every exported counter monotonic across
+// rank restarts without keeping one mapping (or one file) per dead process, which is what makes the
+// incumbent's scrape time and directory grow forever.
+//
+// With a state directory the store is persisted (write, fsync, rename) before a segment is unlinked,
+// together with the generations it already holds, so a daemon restart neither loses a retired total
+// nor counts a still-present segment twice. Used only from the io thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "aggregation.hpp"
+
+namespace rankstat {
+
+class RetiredTotals {
+ public:
+  // `state_dir` empty: memory only.
+  explicit RetiredTotals(std::string state_dir);
+
+  // Loads the persisted store; a missing file is an empty store, a corrupt one is an error (the file
+  // is left for inspection and the store starts empty).
+  bool load(std::string& error);
+  // Writes the store atomically. Returns false (with a message) if it could not.
+  bool save(std::string& error) const;
+  bool persistent() const { return !path_.empty(); }
+
+  // Identity of a generation: segment name and its random generation nonce.
+  using GenerationKey = std::pair<std::string, std::uint64_t>;
+  bool holds(const GenerationKey& generation) const { return generations_.count(generation) != 0; }
+  void forget_generations_except(const std::set<GenerationKey>& still_present);
+
+  // Folds one generation's counter and histogram series (labels already composed).
+  void add_counter(const GenerationKey& generation, const std::string& family, const Labels& labels, double value);
+  void add_histogram(const GenerationKey& generation, const std::string& family, const Labels& labels,
+                     const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum);
+  void mark_retired(const GenerationKey& generation) { generations_.insert(generation); }
+
+  // Adds the retired totals to a family set (help text from the catalog).
+  void contribute(FamilySet& out) const;
+  std::size_t series() const { return counters_.size() + histograms_.size(); }
+  std::size_t generations() const { return generations_.size(); }
+
+ private:
+  struct Histogram {
+    std::vector<double> bounds;
+    std::vector<std::uint64_t> counts;
+    double sum = 0;
+  };
+  using SeriesKey = std::pair<std::string, Labels>;
+
+  std::string path_;
+  std::set<GenerationKey> generations_;
+  std::map<SeriesKey, double> counters_;
+  std::map<SeriesKey, Histogram> histograms_;
+};
+
+}  // namespace rankstat
