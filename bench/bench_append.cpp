@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rankstat/reporter.hpp"
+#include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/reader.hpp"
 
 namespace {
@@ -55,7 +56,7 @@ constexpr int kBurst = 8;
 
 // Times bursts of kBurst appends. With a consumer, each burst is followed by a short untimed pause,
 // like an engine between steps, so the consumer keeps up and this measures the append rather than a
-// full ring (ring-limits.md's "paced_idle" case). Reports ns per append.
+// full ring (ring-limits.md's "paced_idle" case). Reports the time per append.
 template <typename Append>
 void run_paced(benchmark::State& state, bool pace, Append&& append) {
   for (auto _ : state) {
@@ -65,8 +66,9 @@ void run_paced(benchmark::State& state, bool pace, Append&& append) {
     state.SetIterationTime(std::chrono::duration<double>(end - start).count());
     if (pace) std::this_thread::sleep_for(std::chrono::microseconds(10));
   }
-  state.counters["ns_per_append"] = benchmark::Counter(static_cast<double>(state.iterations() * kBurst) / 1e9,
-                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  // Seconds per append, shown with an SI prefix (e.g. "55.1n" = 55.1 ns).
+  state.counters["per_append"] = benchmark::Counter(static_cast<double>(state.iterations() * kBurst),
+                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 shm::SchedulerSnapshot sample_snapshot() {
@@ -105,8 +107,24 @@ void BM_ReporterAppendSchedulerSnapshot(benchmark::State& state) {
   reporter.close();
   std::filesystem::remove_all(dir);
 }
-BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(1)->ArgName("daemon_like_consumer")->UseManualTime();
+// Paced runs sleep between bursts, so wall time is far above the timed (manual) time: keep the
+// timed budget small to bound the run.
+BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(1)->ArgName("daemon_like_consumer")->UseManualTime()->MinTime(0.02);
 BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(0)->ArgName("daemon_like_consumer")->UseManualTime();
+
+// What the record timestamp costs by itself: one clock_gettime(CLOCK_MONOTONIC), as the Reporter reads it
+// for every append (on a VM this is far from free). Timed like the appends, in bursts of kBurst.
+void BM_ClockMonotonic(benchmark::State& state) {
+  run_paced(state, false, [] { benchmark::DoNotOptimize(shm::monotonic_ns()); });
+}
+BENCHMARK(BM_ClockMonotonic)->UseManualTime();
+
+// The timing floor: a burst of kBurst empty calls between the two clock reads of run_paced. Every
+// per_append figure includes it (about 2 clock reads / kBurst).
+void BM_TimerFloor(benchmark::State& state) {
+  run_paced(state, false, [] { benchmark::ClobberMemory(); });
+}
+BENCHMARK(BM_TimerFloor)->UseManualTime();
 
 // The physical limit for the same record size: memcpy into a ring slot plus a release store of the
 // tail, with the same consumer pattern. No header, no sequence, no drop accounting.
@@ -158,7 +176,7 @@ void BM_PhysicalLimitBareRing(benchmark::State& state) {
   stop.store(true);
   if (consumer.joinable()) consumer.join();
 }
-BENCHMARK(BM_PhysicalLimitBareRing)->Arg(1)->ArgName("daemon_like_consumer")->UseManualTime();
+BENCHMARK(BM_PhysicalLimitBareRing)->Arg(1)->ArgName("daemon_like_consumer")->UseManualTime()->MinTime(0.02);
 BENCHMARK(BM_PhysicalLimitBareRing)->Arg(0)->ArgName("daemon_like_consumer")->UseManualTime();
 
 }  // namespace

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs dependencies, then builds and tests
-# the dev, asan-ubsan and tsan presets, and smoke-runs the benchmarks.
+# the dev, asan-ubsan and tsan presets, smoke-runs the benchmarks, and fuzzes the shared-memory parsers
+# for a bounded time (the fuzz preset of tests/fuzz, clang + libFuzzer; docs/testing.md).
 #   scripts/test.sh            everything (what CI runs)
-#   scripts/test.sh dev        one preset only (dev, asan-ubsan, tsan or release)
+#   scripts/test.sh dev        one preset only (dev, asan-ubsan, tsan, release or fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 
 presets=("$@")
-if ((${#presets[@]} == 0)); then presets=(dev asan-ubsan tsan); fi
+if ((${#presets[@]} == 0)); then presets=(dev asan-ubsan tsan fuzz); fi
 
 # ThreadSanitizer in gcc 12 cannot map its shadow memory with the 32-bit mmap randomisation of recent
 # kernels; run its tests without address-space randomisation when that is the case.
@@ -19,6 +20,14 @@ if [[ -r /proc/sys/vm/mmap_rnd_bits ]] && (($(cat /proc/sys/vm/mmap_rnd_bits) > 
 fi
 
 for preset in "${presets[@]}"; do
+  if [[ ${preset} == fuzz ]]; then
+    # A project of its own (clang); each target runs RANKSTAT_FUZZ_SECONDS (15 s) under ctest.
+    echo "=== fuzz: configure, build and run each target for a bounded time"
+    rm -f build/fuzz/fuzz-summary.txt
+    (cd tests/fuzz && cmake --preset fuzz >/dev/null && cmake --build --preset fuzz && ctest --preset fuzz)
+    cat build/fuzz/fuzz-summary.txt
+    continue
+  fi
   echo "=== ${preset}: configure and build"
   cmake --preset "${preset}" >/dev/null
   cmake --build --preset "${preset}"
@@ -31,6 +40,9 @@ for preset in "${presets[@]}"; do
   if [[ ${preset} == dev ]]; then
     echo "=== ${preset}: benchmark smoke run (tiny sizes; figures come from scripts/bench.sh)"
     build/dev/bench/rankstat_bench_append --benchmark_min_time=0.01 >/dev/null
+    python=/usr/bin/python3
+    [[ -x ${python} ]] || python=python3
+    "${python}" bench/run_bench.py --build build/dev --quick >/dev/null
   fi
 done
 echo "=== all presets passed: ${presets[*]}"

@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <cstdlib>
 #include <iostream>
@@ -74,7 +74,9 @@ void print_lines(const std::vector<StyledLine>& lines) {
   std::cout.flush();
 }
 
-void print_json(const boost::json::value& doc) { std::cout << boost::json::serialize(doc) << std::endl; }
+void print_json(const boost::json::value& doc) {
+  std::cout << boost::json::serialize(doc) << std::endl;
+}
 
 std::unique_ptr<RankSource> make_source(const Options& o) {
   if (o.direct) {
@@ -99,7 +101,8 @@ void keep_instances(boost::json::object& doc, const std::vector<std::string>& in
   boost::json::array kept;
   for (auto& r : ranks->as_array()) {
     const std::string instance = string_at(r, {"instance"});
-    if (std::find(instances.begin(), instances.end(), instance) != instances.end()) kept.emplace_back(std::move(r));
+    if (std::find(instances.begin(), instances.end(), instance) != instances.end())
+      kept.emplace_back(std::move(r));
   }
   *ranks = std::move(kept);
 }
@@ -125,7 +128,8 @@ int command_show(RankSource& source, const Options& o) {
   if (!detail) {
     const RankMatch match = match_rank(source.ranks(), o.rank);
     if (match.ids.size() > 1) {
-      std::cerr << "rankstat: '" << o.rank << "' matches " << match.ids.size() << " ranks; give the full id:\n";
+      std::cerr << "rankstat: '" << o.rank << "' matches " << match.ids.size()
+                << " ranks; give the full id:\n";
       for (const auto& id : match.ids) std::cerr << "  " << id << "\n";
       return kExitNotFound;
     }
@@ -159,13 +163,15 @@ int command_top(RankSource& source, const Options& o) {
 
 int run(int argc, char** argv) {
   Options o;
-  CLI::App app{"rankstat: live views of the SGLang ranks that report through rankstat.\n"
-               "Reads rankstatd's JSON API, or with --direct the shared-memory segments themselves (read-only)."};
+  CLI::App app{
+      "rankstat: live views of the SGLang ranks that report through rankstat.\n"
+      "Reads rankstatd's JSON API, or with --direct the shared-memory segments themselves (read-only)."};
   app.set_version_flag("--version", std::string("rankstat ") + RANKSTAT_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // the common options work before and after the command
   app.footer(
-      "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 daemon unreachable (or no segments with --direct),\n"
+      "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 daemon unreachable (or no segments with "
+      "--direct),\n"
       "4 no such rank. JSON schema: docs/api.md.");
   app.add_option("--address", o.address, "rankstatd's listen address, host:port")
       ->envname("RANKSTAT_ADDRESS")
@@ -177,19 +183,28 @@ int run(int argc, char** argv) {
   app.add_option("--stall-after", o.stall_after, "--direct: heartbeat age after which a live rank is STALLED")
       ->capture_default_str()
       ->check(check_duration);
-  app.add_option("--timeout", o.timeout, "HTTP timeout per request")->capture_default_str()->check(check_duration);
+  app.add_option("--timeout", o.timeout, "HTTP timeout per request")
+      ->capture_default_str()
+      ->check(check_duration);
   app.add_flag("--json", o.json, "Print JSON (schema in docs/api.md) instead of tables");
   app.add_option("--instance", o.instances, "Only ranks of this engine instance (repeatable)");
 
-  auto* ranks = app.add_subcommand("ranks", "Every segment: identity, liveness, heartbeat, record rate, ring health");
-  auto* show = app.add_subcommand("show", "The latest full snapshot of one rank, its counters and histograms");
-  show->add_option("rank", o.rank, "Rank id (<instance>.<role>.<rank-key>) or an unambiguous rank key")->required();
+  auto* ranks =
+      app.add_subcommand("ranks", "Every segment: identity, liveness, heartbeat, record rate, ring health");
+  auto* show =
+      app.add_subcommand("show", "The latest full snapshot of one rank, its counters and histograms");
+  show->add_option("rank", o.rank, "Rank id (<instance>.<role>.<rank-key>) or an unambiguous rank key")
+      ->required();
   auto* top = app.add_subcommand("top", "Live view, one row per rank (q quit, s sort, r reverse)");
-  top->add_option("--interval,-d", o.interval, "Refresh interval")->capture_default_str()->check(check_duration);
+  top->add_option("--interval,-d", o.interval, "Refresh interval")
+      ->capture_default_str()
+      ->check(check_duration);
   top->add_option("--iterations,-n", o.iterations, "Stop after this many refreshes (0: run until q)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  top->add_option("--sort", o.sort, "Initial sort column")->capture_default_str()->check(CLI::IsMember(sort_key_names()));
+  top->add_option("--sort", o.sort, "Initial sort column")
+      ->capture_default_str()
+      ->check(CLI::IsMember(sort_key_names()));
   top->add_flag("--reverse", o.reverse, "Reverse the sort order");
 
   try {

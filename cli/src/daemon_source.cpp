@@ -17,13 +17,16 @@ class DaemonSource final : public RankSource {
     return std::move(*doc);
   }
 
-  std::optional<boost::json::object> rank(const std::string& id) override { return get("/api/v1/ranks/" + id); }
+  std::optional<boost::json::object> rank(const std::string& id) override {
+    return get("/api/v1/ranks/" + id);
+  }
 
   boost::json::array all_details() override {
     boost::json::array out;
     const boost::json::object list = ranks();
     const auto* ranks = list.if_contains("ranks");
-    if (ranks == nullptr || !ranks->is_array()) throw SourceError("the daemon's rank list has no \"ranks\" array");
+    if (ranks == nullptr || !ranks->is_array())
+      throw SourceError("the daemon's rank list has no \"ranks\" array");
     for (const auto& summary : ranks->as_array()) {
       const auto* id = summary.is_object() ? summary.as_object().if_contains("id") : nullptr;
       if (id == nullptr || !id->is_string()) continue;
@@ -40,8 +43,9 @@ class DaemonSource final : public RankSource {
   std::optional<boost::json::object> get(const std::string& target) {
     const HttpReply reply = http_get(options_.endpoint, target, options_.timeout);
     if (reply.failure == HttpFailure::kUnreachable) {
-      throw SourceUnavailable("rankstatd is not reachable: " + reply.error +
-                              " (is it running? --address or RANKSTAT_ADDRESS, or --direct to read the segments)");
+      throw SourceUnavailable(
+          "rankstatd is not reachable: " + reply.error +
+          " (is it running? --address or RANKSTAT_ADDRESS, or --direct to read the segments)");
     }
     if (reply.failure != HttpFailure::kNone) throw SourceError(reply.error);
     if (reply.status == 404) return std::nullopt;

@@ -55,8 +55,8 @@ std::string_view report_kind_name(std::uint32_t kind) {
 }
 
 std::string_view gauge_mode_name(shm::GaugeMode mode) {
-  static constexpr std::string_view kNames[] = {"all", "liveall", "sum",        "livesum",       "min",
-                                                "livemin", "max",   "livemax", "mostrecent", "livemostrecent"};
+  static constexpr std::string_view kNames[] = {
+      "all", "liveall", "sum", "livesum", "min", "livemin", "max", "livemax", "mostrecent", "livemostrecent"};
   const auto i = static_cast<std::size_t>(mode);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -120,7 +120,8 @@ class DirectSource final : public RankSource {
     rejected_.clear();
     DIR* dir = opendir(options_.shm_dir.c_str());
     if (dir == nullptr) {
-      throw SourceUnavailable("cannot list the shm directory " + options_.shm_dir + ": " + shm::errno_text(errno));
+      throw SourceUnavailable("cannot list the shm directory " + options_.shm_dir + ": " +
+                              shm::errno_text(errno));
     }
     std::vector<std::string> names;
     while (const dirent* entry = readdir(dir)) {
@@ -190,7 +191,9 @@ class DirectSource final : public RankSource {
     }
   }
 
-  static shm::ProducerState producer(const Observed& o) { return shm::read_producer_state(*o.opened.file.header()); }
+  static shm::ProducerState producer(const Observed& o) {
+    return shm::read_producer_state(*o.opened.file.header());
+  }
 
   // The daemon's rule: CLOSED on a clean exit; DEAD when the writer process is gone or its pid was
   // reused (start time differs); STALLED when the heartbeat is older than --stall-after; else LIVE.
@@ -218,10 +221,11 @@ class DirectSource final : public RankSource {
     out["engine_type"] = h.engine_type;
     boost::json::object ranks;
     const std::pair<const char*, std::int32_t> rank_fields[] = {
-        {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},           {"dp_rank", h.dp_rank},
-        {"moe_ep_rank", h.moe_ep_rank},   {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
-        {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},           {"pp_size", h.pp_size},
-        {"dp_size", h.dp_size}};
+        {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},
+        {"dp_rank", h.dp_rank},           {"moe_ep_rank", h.moe_ep_rank},
+        {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
+        {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},
+        {"pp_size", h.pp_size},           {"dp_size", h.dp_size}};
     for (const auto& [name, value] : rank_fields) {
       if (value == shm::kRankUnset) {
         ranks[name] = nullptr;
@@ -269,13 +273,15 @@ class DirectSource final : public RankSource {
       bytes = shm::peek_latest_record(o.opened.file.header(), o.opened.ring(), h.ring_bytes,
                                       shm::RecordType::kSchedulerSnapshot, record, payload_);
     }
-    if (bytes < 0 || record.type_version < 1 || static_cast<std::uint64_t>(bytes) < sizeof(shm::SchedulerSnapshot)) {
+    if (bytes < 0 || record.type_version < 1 ||
+        static_cast<std::uint64_t>(bytes) < sizeof(shm::SchedulerSnapshot)) {
       return nullptr;
     }
     shm::SchedulerSnapshot fixed;
     std::memcpy(&fixed, payload_.data(), sizeof fixed);
     const std::size_t room = (static_cast<std::size_t>(bytes) - sizeof fixed) / sizeof(shm::PriorityCount);
-    const std::size_t count = std::min<std::size_t>({fixed.priority_count, room, std::size_t{shm::kMaxPriorityCounts}});
+    const std::size_t count =
+        std::min<std::size_t>({fixed.priority_count, room, std::size_t{shm::kMaxPriorityCounts}});
     apply_ownership(o, fixed, record.timestamp_ns, now);
 
     boost::json::object snapshot;
@@ -320,7 +326,8 @@ class DirectSource final : public RankSource {
 
   // cache_hit_rate is prefill-owned and gen_throughput decode-owned (SGLang's rule, as the daemon
   // applies it to every record it drains). An observer sees only samples, so it carries what it saw.
-  static void apply_ownership(Observed& o, shm::SchedulerSnapshot& s, std::uint64_t timestamp_ns, std::uint64_t now) {
+  static void apply_ownership(Observed& o, shm::SchedulerSnapshot& s, std::uint64_t timestamp_ns,
+                              std::uint64_t now) {
     switch (static_cast<shm::ReportKind>(s.report_kind)) {
       case shm::ReportKind::kPrefill:
         o.seen_prefill = true;
@@ -404,7 +411,7 @@ class DirectSource final : public RankSource {
   }
 
   DirectOptions options_;
-  std::map<std::string, Observed> observed_;      // by segment file name
+  std::map<std::string, Observed> observed_;       // by segment file name
   std::map<std::string, std::uint64_t> rejected_;  // by reason, in the last scan
   alignas(8) std::array<std::uint8_t, shm::kMaxRecordBytes> payload_{};
 };

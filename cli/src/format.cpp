@@ -6,7 +6,8 @@
 
 namespace rankstat::cli {
 
-const boost::json::value* find_path(const boost::json::value& root, std::initializer_list<std::string_view> keys) {
+const boost::json::value* find_path(const boost::json::value& root,
+                                    std::initializer_list<std::string_view> keys) {
   const boost::json::value* at = &root;
   for (std::string_view key : keys) {
     if (!at->is_object()) return nullptr;
@@ -23,7 +24,8 @@ std::optional<double> as_number(const boost::json::value& value) {
   return std::nullopt;
 }
 
-std::optional<double> number_at(const boost::json::value& root, std::initializer_list<std::string_view> keys) {
+std::optional<double> number_at(const boost::json::value& root,
+                                std::initializer_list<std::string_view> keys) {
   const boost::json::value* v = find_path(root, keys);
   return v == nullptr ? std::nullopt : as_number(*v);
 }

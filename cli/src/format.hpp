@@ -4,14 +4,19 @@
 #include <boost/json/value.hpp>
 
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace rankstat::cli {
 
+// "No value" where a double is expected (NAN is a float).
+inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
+
 // The value at a path of object keys, or nullptr if any step is missing or not an object.
-const boost::json::value* find_path(const boost::json::value& root, std::initializer_list<std::string_view> keys);
+const boost::json::value* find_path(const boost::json::value& root,
+                                    std::initializer_list<std::string_view> keys);
 // A number (integer or double) at the path; nullopt when missing, null or not a number.
 std::optional<double> number_at(const boost::json::value& root, std::initializer_list<std::string_view> keys);
 // A string at the path; `fallback` when missing or not a string.

@@ -80,7 +80,8 @@ int connect_to(const Endpoint& endpoint, Clock::time_point deadline, std::string
     if (rc != 0 && errno == EINPROGRESS) {
       int so_error = ETIMEDOUT;
       socklen_t length = sizeof so_error;
-      if (wait_ready(fd, POLLOUT, deadline) && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &length) == 0) {
+      if (wait_ready(fd, POLLOUT, deadline) &&
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &length) == 0) {
         rc = so_error == 0 ? 0 : -1;
         errno = so_error;
       } else {
@@ -109,8 +110,8 @@ bool decode_chunked(std::string_view raw, std::string& out) {
     std::size_t digits = 0;
     for (std::size_t i = pos; i < eol && std::isxdigit(static_cast<unsigned char>(raw[i])); ++i, ++digits) {
       const char c = raw[i];
-      const std::size_t nibble = c <= '9' ? static_cast<std::size_t>(c - '0')
-                                          : static_cast<std::size_t>(std::tolower(c) - 'a' + 10);
+      const std::size_t nibble =
+          c <= '9' ? static_cast<std::size_t>(c - '0') : static_cast<std::size_t>(std::tolower(c) - 'a' + 10);
       if (size > (std::size_t{1} << 40)) return false;
       size = size * 16 + nibble;
     }
@@ -203,7 +204,8 @@ HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chr
       const std::string value = trim(line.substr(colon + 1));
       if (name == "content-type") reply.content_type = value;
       if (name == "transfer-encoding") chunked = lower(value).find("chunked") != std::string::npos;
-      if (name == "content-length") content_length = static_cast<std::size_t>(std::strtoull(value.c_str(), nullptr, 10));
+      if (name == "content-length")
+        content_length = static_cast<std::size_t>(std::strtoull(value.c_str(), nullptr, 10));
     }
     line_start = line_end;
   }

@@ -47,8 +47,9 @@ std::string labels_text(const boost::json::value& series) {
 }
 
 // Sections of SGLang's SchedulerStats, in the order its metrics collector lists them.
-constexpr std::string_view kSectionOrder[] = {"basics", "pool",    "speculative", "retraction", "disaggregation",
-                                              "forward", "lora",   "hicache",     "sessions",   "routing"};
+constexpr std::string_view kSectionOrder[] = {"basics",         "pool",    "speculative", "retraction",
+                                              "disaggregation", "forward", "lora",        "hicache",
+                                              "sessions",       "routing"};
 
 }  // namespace
 
@@ -79,13 +80,15 @@ std::vector<StyledLine> render_ranks(const boost::json::object& doc) {
   if (ranks != nullptr && ranks->is_array()) {
     for (const auto& r : ranks->as_array()) {
       const std::string state = string_at(r, {"state"}, "?");
-      const auto drops = number_at(r, {"dropped_records"}).value_or(0) + number_at(r, {"oversize_records"}).value_or(0);
-      table.add_row({Cell(string_at(r, {"instance"})), Cell(string_at(r, {"role"})), Cell(string_at(r, {"rank_key"})),
-                     Cell(rank_label(r, "tp_rank")), Cell(rank_label(r, "pp_rank")), Cell(rank_label(r, "dp_rank")),
+      const auto drops =
+          number_at(r, {"dropped_records"}).value_or(0) + number_at(r, {"oversize_records"}).value_or(0);
+      table.add_row({Cell(string_at(r, {"instance"})), Cell(string_at(r, {"role"})),
+                     Cell(string_at(r, {"rank_key"})), Cell(rank_label(r, "tp_rank")),
+                     Cell(rank_label(r, "pp_rank")), Cell(rank_label(r, "dp_rank")),
                      Cell(rank_label(r, "moe_ep_rank")), Cell(format_fixed(number_at(r, {"pid"}), 0)),
                      Cell(state, state_style(state)),
-                     Cell(format_age(number_at(r, {"heartbeat_age_seconds"}).value_or(NAN))),
-                     Cell(format_rate(number_at(r, {"records_per_second"}).value_or(NAN))),
+                     Cell(format_age(number_at(r, {"heartbeat_age_seconds"}).value_or(kNoValue))),
+                     Cell(format_rate(number_at(r, {"records_per_second"}).value_or(kNoValue))),
                      Cell(format_percent(number_at(r, {"ring_fill_ratio"}))),
                      Cell(format_count(drops), drops > 0 ? style::kYellow : style::kNone),
                      Cell(string_at(r, {"layout_version"}))});
@@ -149,29 +152,33 @@ std::vector<StyledLine> render_rank(const boost::json::object& detail) {
     title.add(state, state_style(state));
     lines.push_back(std::move(title));
   }
-  text_line("  model " + string_at(doc, {"model_name"}, "-") + "   engine " + string_at(doc, {"engine_type"}, "-") +
-            "   pid " + format_fixed(number_at(doc, {"pid"}), 0) + "   generation " +
-            string_at(doc, {"generation"}, "-") + "   layout " + string_at(doc, {"layout_version"}, "-"));
+  text_line("  model " + string_at(doc, {"model_name"}, "-") + "   engine " +
+            string_at(doc, {"engine_type"}, "-") + "   pid " + format_fixed(number_at(doc, {"pid"}), 0) +
+            "   generation " + string_at(doc, {"generation"}, "-") + "   layout " +
+            string_at(doc, {"layout_version"}, "-"));
   std::string ranks_text = "  ranks";
-  for (const auto& part : {rank_of(doc, "tp", "tp_rank", "tp_size"), rank_of(doc, "pp", "pp_rank", "pp_size"),
-                           rank_of(doc, "dp", "dp_rank", "dp_size"), rank_of(doc, "ep", "moe_ep_rank", ""),
-                           rank_of(doc, "attn_tp", "attn_tp_rank", ""), rank_of(doc, "attn_dp", "attn_dp_rank", ""),
-                           rank_of(doc, "attn_cp", "attn_cp_rank", "")}) {
+  for (const auto& part :
+       {rank_of(doc, "tp", "tp_rank", "tp_size"), rank_of(doc, "pp", "pp_rank", "pp_size"),
+        rank_of(doc, "dp", "dp_rank", "dp_size"), rank_of(doc, "ep", "moe_ep_rank", ""),
+        rank_of(doc, "attn_tp", "attn_tp_rank", ""), rank_of(doc, "attn_dp", "attn_dp_rank", ""),
+        rank_of(doc, "attn_cp", "attn_cp_rank", "")}) {
     if (!part.empty()) ranks_text += "   " + part;
   }
   text_line(ranks_text);
   std::string flags;
-  if (const auto* p = find_path(doc, {"priority_scheduling"}); p != nullptr && p->is_bool() && p->get_bool()) {
+  if (const auto* p = find_path(doc, {"priority_scheduling"});
+      p != nullptr && p->is_bool() && p->get_bool()) {
     flags += "   priority scheduling";
   }
-  if (const auto* a = find_path(doc, {"all_schedulers_metrics"}); a != nullptr && a->is_bool() && a->get_bool()) {
+  if (const auto* a = find_path(doc, {"all_schedulers_metrics"});
+      a != nullptr && a->is_bool() && a->get_bool()) {
     flags += "   all-schedulers metrics";
   }
   const auto drained = number_at(doc, {"records_drained"});
-  text_line("  heartbeat " + format_age(number_at(doc, {"heartbeat_age_seconds"}).value_or(NAN)) + " ago   records " +
-            format_fixed(number_at(doc, {"records_written"}), 0) + " written" +
+  text_line("  heartbeat " + format_age(number_at(doc, {"heartbeat_age_seconds"}).value_or(kNoValue)) +
+            " ago   records " + format_fixed(number_at(doc, {"records_written"}), 0) + " written" +
             (drained ? ", " + format_fixed(drained, 0) + " drained" : std::string()) + ", " +
-            format_rate(number_at(doc, {"records_per_second"}).value_or(NAN)) + "/s" + flags);
+            format_rate(number_at(doc, {"records_per_second"}).value_or(kNoValue)) + "/s" + flags);
   const auto* quarantined = find_path(doc, {"ring_quarantined"});
   const bool is_quarantined = quarantined != nullptr && quarantined->is_bool() && quarantined->get_bool();
   text_line("  ring " + bytes_text(number_at(doc, {"ring_bytes"}).value_or(0)) + ", " +
@@ -188,21 +195,23 @@ std::vector<StyledLine> render_rank(const boost::json::object& detail) {
   } else {
     text_line("scheduler snapshot (" + string_at(*scheduler, {"report_kind"}, "?") + " report #" +
                   format_fixed(number_at(*scheduler, {"sequence"}), 0) + ", " +
-                  format_age(number_at(*scheduler, {"age_seconds"}).value_or(NAN)) + " ago)",
+                  format_age(number_at(*scheduler, {"age_seconds"}).value_or(kNoValue)) + " ago)",
               style::kBold);
     const auto* fields = find_path(*scheduler, {"fields"});
     if (fields != nullptr && fields->is_object()) {
       const auto& sections = fields->as_object();
       std::vector<std::string_view> order(std::begin(kSectionOrder), std::end(kSectionOrder));
       for (const auto& [name, value] : sections) {
-        if (name != "priorities" && std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+        if (name != "priorities" && std::find(order.begin(), order.end(), name) == order.end())
+          order.push_back(name);
       }
       // One column of values for every section, so the numbers line up down the page.
       std::size_t name_width = 0;
       for (std::string_view section : order) {
         const auto* values = sections.if_contains(section);
         if (values == nullptr || !values->is_object()) continue;
-        for (const auto& [field, value] : values->as_object()) name_width = std::max(name_width, field.size());
+        for (const auto& [field, value] : values->as_object())
+          name_width = std::max(name_width, field.size());
       }
       for (std::string_view section : order) {
         const auto* values = sections.if_contains(section);
@@ -222,7 +231,8 @@ std::vector<StyledLine> render_rank(const boost::json::object& detail) {
         Table t({{"    QUEUE"}, {"PRIORITY", Align::kRight}, {"COUNT", Align::kRight}});
         for (const auto& e : priorities->as_array()) {
           const auto* p = find_path(e, {"priority"});
-          t.add_row({Cell("    " + string_at(e, {"queue"})), Cell(p == nullptr || p->is_null() ? "none" : format_scalar(*p)),
+          t.add_row({Cell("    " + string_at(e, {"queue"})),
+                     Cell(p == nullptr || p->is_null() ? "none" : format_scalar(*p)),
                      Cell(format_fixed(number_at(e, {"count"}), 0))});
         }
         for (auto& l : t.layout(style::kDim)) lines.push_back(std::move(l));
@@ -245,10 +255,11 @@ std::vector<StyledLine> render_rank(const boost::json::object& detail) {
                     {"P50", Align::kRight},
                     {"P90", Align::kRight},
                     {"P99", Align::kRight}});
-  auto short_number = [](std::optional<double> v) {
-    if (!v || !std::isfinite(*v)) return std::string("-");
+  // NaN for "no value": keeps GCC's -Wmaybe-uninitialized quiet about optionals at -O2.
+  auto short_number = [](double v) {
+    if (!std::isfinite(v)) return std::string("-");
     char text[32];
-    std::snprintf(text, sizeof text, "%.4g", *v);
+    std::snprintf(text, sizeof text, "%.4g", v);
     return std::string(text);
   };
   for (const auto& s : series->as_array()) {
@@ -261,14 +272,14 @@ std::vector<StyledLine> render_rank(const boost::json::object& detail) {
     } else if (type == "gauge") {
       gauges.add_row({Cell(name), Cell(string_at(s, {"mode"})), Cell(value_text)});
     } else if (type == "histogram" && s.is_object()) {
-      const auto count = number_at(s, {"count"});
-      const auto sum = number_at(s, {"sum"});
-      const std::optional<double> mean =
-          count && sum && *count > 0 ? std::optional<double>(*sum / *count) : std::nullopt;
-      histograms.add_row({Cell(name), Cell(format_fixed(count, 0)), Cell(short_number(sum)), Cell(short_number(mean)),
-                          Cell(short_number(histogram_quantile(0.5, s.as_object()))),
-                          Cell(short_number(histogram_quantile(0.9, s.as_object()))),
-                          Cell(short_number(histogram_quantile(0.99, s.as_object())))});
+      const double count = number_at(s, {"count"}).value_or(kNoValue);
+      const double sum = number_at(s, {"sum"}).value_or(kNoValue);
+      const double mean = count > 0 ? sum / count : kNoValue;
+      histograms.add_row({Cell(name), Cell(format_fixed(count, 0)), Cell(short_number(sum)),
+                          Cell(short_number(mean)),
+                          Cell(short_number(histogram_quantile(0.5, s.as_object()).value_or(kNoValue))),
+                          Cell(short_number(histogram_quantile(0.9, s.as_object()).value_or(kNoValue))),
+                          Cell(short_number(histogram_quantile(0.99, s.as_object()).value_or(kNoValue)))});
     }
   }
   for (const Table* t : {&counters, &gauges, &histograms}) {

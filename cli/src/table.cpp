@@ -38,7 +38,8 @@ std::vector<StyledLine> Table::layout(const char* header_sgr) const {
   std::vector<std::size_t> widths(columns_.size());
   for (std::size_t c = 0; c < columns_.size(); ++c) widths[c] = columns_[c].title.size();
   for (const auto& row : rows_) {
-    for (std::size_t c = 0; c < columns_.size() && c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].width());
+    for (std::size_t c = 0; c < columns_.size() && c < row.size(); ++c)
+      widths[c] = std::max(widths[c], row[c].width());
   }
   auto place = [&](StyledLine& line, std::size_t c, const Cell& cell, bool last) {
     const std::size_t pad = widths[c] - std::min(widths[c], cell.width());
@@ -49,7 +50,8 @@ std::vector<StyledLine> Table::layout(const char* header_sgr) const {
   };
   std::vector<StyledLine> lines;
   StyledLine header;
-  for (std::size_t c = 0; c < columns_.size(); ++c) place(header, c, Cell(columns_[c].title, header_sgr), c + 1 == columns_.size());
+  for (std::size_t c = 0; c < columns_.size(); ++c)
+    place(header, c, Cell(columns_[c].title, header_sgr), c + 1 == columns_.size());
   lines.push_back(std::move(header));
   for (const auto& row : rows_) {
     StyledLine line;

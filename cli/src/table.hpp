@@ -30,7 +30,9 @@ struct Cell {
   std::vector<Segment> parts;
 
   Cell() = default;
-  Cell(std::string text, const char* sgr = style::kNone) { parts.push_back({std::move(text), sgr}); }  // NOLINT
+  Cell(std::string text, const char* sgr = style::kNone) {
+    parts.push_back({std::move(text), sgr});
+  }  // NOLINT
   std::size_t width() const;
 };
 

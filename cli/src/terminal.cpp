@@ -60,7 +60,9 @@ std::vector<int> SignalPipe::take() {
   return signals;
 }
 
-void SignalPipe::rearm(int signo) { install(signo, nullptr); }
+void SignalPipe::rearm(int signo) {
+  install(signo, nullptr);
+}
 
 TerminalSize terminal_size(int fd) {
   TerminalSize size;

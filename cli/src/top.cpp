@@ -8,6 +8,7 @@
 #include <boost/json/serialize.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -22,9 +23,11 @@ namespace rankstat::cli {
 namespace {
 
 constexpr std::pair<SortKey, std::string_view> kSortNames[] = {
-    {SortKey::kId, "id"},   {SortKey::kState, "state"}, {SortKey::kRunning, "running"}, {SortKey::kQueued, "queue"},
-    {SortKey::kKv, "kv"},   {SortKey::kGen, "gen"},     {SortKey::kSpec, "spec"},       {SortKey::kDp, "dp"},
-    {SortKey::kFwd, "fwd"}, {SortKey::kHeartbeat, "heartbeat"}};
+    {SortKey::kId, "id"},           {SortKey::kState, "state"},
+    {SortKey::kRunning, "running"}, {SortKey::kQueued, "queue"},
+    {SortKey::kKv, "kv"},           {SortKey::kGen, "gen"},
+    {SortKey::kSpec, "spec"},       {SortKey::kDp, "dp"},
+    {SortKey::kFwd, "fwd"},         {SortKey::kHeartbeat, "heartbeat"}};
 static_assert(std::size(kSortNames) == kSortKeyCount);
 
 // The order in which `state` sorts: the ranks that need a look first.
@@ -60,23 +63,29 @@ TopRow row_from(const boost::json::value& d) {
   return r;
 }
 
-// Each DP rank's load (KV tokens in use, else running requests) against the mean of its live DP peers
-// (same instance, role, TP and PP rank): 1.00 is balanced, 1.50 carries half again the mean.
+// Each DP rank's load against the mean of its live DP peers (same instance, role, TP and PP rank):
+// 1.00 is balanced, 1.50 carries half again the mean. The load is the KV tokens in use, or the running
+// requests when the group reports no KV tokens at all.
 void fill_dp_imbalance(std::vector<TopRow>& rows) {
   using Key = std::tuple<std::string, std::string, double, double>;
   std::map<Key, std::vector<TopRow*>> groups;
   for (TopRow& r : rows) {
     const bool alive = r.state == "LIVE" || r.state == "STALLED";
-    if (!alive || !r.dp_rank || !(r.kv_used || r.running)) continue;
+    if (!alive || !r.dp_rank || !r.running) continue;
     groups[Key{r.instance, r.role, r.tp_rank.value_or(-1), r.pp_rank.value_or(-1)}].push_back(&r);
   }
   for (auto& [key, members] : groups) {
     if (members.size() < 2) continue;
-    double sum = 0;
-    for (const TopRow* r : members) sum += r->kv_used ? *r->kv_used : *r->running;
-    const double mean = sum / static_cast<double>(members.size());
+    double kv_sum = 0;
+    double running_sum = 0;
+    for (const TopRow* r : members) {
+      kv_sum += r->kv_used.value_or(0);
+      running_sum += *r->running;
+    }
+    const bool by_kv = kv_sum > 0;
+    const double mean = (by_kv ? kv_sum : running_sum) / static_cast<double>(members.size());
     if (!(mean > 0)) continue;
-    for (TopRow* r : members) r->dp_imbalance = (r->kv_used ? *r->kv_used : *r->running) / mean;
+    for (TopRow* r : members) r->dp_imbalance = (by_kv ? r->kv_used.value_or(0) : *r->running) / mean;
   }
 }
 
@@ -170,7 +179,8 @@ struct Frame {
   TopOptions options;
 };
 
-std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Frame& f, int columns, int max_lines) {
+std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Frame& f, int columns,
+                                     int max_lines) {
   std::vector<StyledLine> lines;
   StyledLine title;
   char interval[32];
@@ -197,7 +207,8 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
   for (const char* s : {"LIVE", "STALLED", "DEAD", "CLOSED"}) {
     const int n = states.count(s) != 0 ? states[s] : 0;
     summary.add(" ");
-    summary.add(std::to_string(n) + " " + s, n > 0 && std::string_view(s) != "CLOSED" ? state_style(s) : style::kNone);
+    summary.add(std::to_string(n) + " " + s,
+                n > 0 && std::string_view(s) != "CLOSED" ? state_style(s) : style::kNone);
   }
   summary.add("   running " + format_count(running) + "   queued " + format_count(queued) + "   gen " +
               format_rate(gen) + " tok/s");
@@ -208,31 +219,44 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
     lines.push_back(std::move(error));
   }
 
-  std::size_t id_width = 2;
-  for (const TopRow& r : rows) id_width = std::max(id_width, r.id.size());
-  const int bar_width = f.interactive ? std::clamp(columns - static_cast<int>(id_width) - 80, 10, 30) : 20;
-  Table table({{"ID"},
-               {"STATE"},
-               {"RUN", Align::kRight},
-               {"QUEUE", Align::kRight},
-               {"KV POOL"},
-               {"USE", Align::kRight},
-               {"GEN/S", Align::kRight},
-               {"SPEC", Align::kRight},
-               {"DPx", Align::kRight},
-               {"FWD%", Align::kRight},
-               {"HB", Align::kRight}});
-  for (const TopRow& r : rows) {
-    table.add_row({Cell(r.id), Cell(r.state, state_style(r.state)), Cell(format_fixed(r.running, 0)),
-                   Cell(format_fixed(r.queued, 0), r.queued.value_or(0) > 0 ? style::kYellow : style::kNone),
-                   kv_bar(r, bar_width), Cell(format_percent(r.token_usage), usage_style(r.token_usage)),
-                   Cell(r.gen_throughput ? format_rate(*r.gen_throughput) : "-"), Cell(format_fixed(r.spec_accept_length, 2)),
-                   Cell(format_fixed(r.dp_imbalance, 2)), Cell(format_fixed(r.fwd_occupancy, 0)),
-                   Cell(format_age(r.heartbeat_age.value_or(NAN)), r.state == "STALLED" ? style::kYellow : style::kNone)});
+  auto make_table = [&](int bar_width) {
+    Table table({{"ID"},
+                 {"STATE"},
+                 {"RUN", Align::kRight},
+                 {"QUEUE", Align::kRight},
+                 {"KV POOL"},
+                 {"USE", Align::kRight},
+                 {"GEN/S", Align::kRight},
+                 {"SPEC", Align::kRight},
+                 {"DPx", Align::kRight},
+                 {"FWD%", Align::kRight},
+                 {"HB", Align::kRight}});
+    for (const TopRow& r : rows) {
+      table.add_row(
+          {Cell(r.id), Cell(r.state, state_style(r.state)), Cell(format_fixed(r.running, 0)),
+           Cell(format_fixed(r.queued, 0), r.queued.value_or(0) > 0 ? style::kYellow : style::kNone),
+           kv_bar(r, bar_width), Cell(format_percent(r.token_usage), usage_style(r.token_usage)),
+           Cell(r.gen_throughput ? format_rate(*r.gen_throughput) : "-"),
+           Cell(format_fixed(r.spec_accept_length, 2)), Cell(format_fixed(r.dp_imbalance, 2)),
+           Cell(format_fixed(r.fwd_occupancy, 0)),
+           Cell(format_age(r.heartbeat_age.value_or(kNoValue)),
+                r.state == "STALLED" ? style::kYellow : style::kNone)});
+    }
+    return table;
+  };
+  // The KV bar takes whatever width the other columns leave (one column spare), within 10..40.
+  constexpr int kNarrowBar = 10;
+  int bar_width = 20;
+  if (f.interactive) {
+    const std::vector<StyledLine> probe = make_table(kNarrowBar).layout();
+    const int narrow_width = static_cast<int>(probe.front().width());
+    bar_width = std::clamp(kNarrowBar + columns - narrow_width - 1, kNarrowBar, 40);
   }
+  const Table table = make_table(bar_width);
   std::vector<StyledLine> body = table.layout(f.interactive ? style::kReverse : style::kBold);
   const int footer = f.interactive ? 1 : 0;
-  const int room = max_lines > 0 ? max_lines - static_cast<int>(lines.size()) - footer : static_cast<int>(body.size());
+  const int room =
+      max_lines > 0 ? max_lines - static_cast<int>(lines.size()) - footer : static_cast<int>(body.size());
   const bool cut = static_cast<int>(body.size()) > room;
   const int shown = cut ? std::max(1, room - 1) : static_cast<int>(body.size());
   for (int i = 0; i < shown && i < static_cast<int>(body.size()); ++i) {
@@ -240,8 +264,9 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
   }
   if (cut) {
     StyledLine more;
-    more.add("+" + std::to_string(static_cast<int>(body.size()) - shown) + " more ranks (enlarge the terminal)",
-             style::kDim);
+    more.add(
+        "+" + std::to_string(static_cast<int>(body.size()) - shown) + " more ranks (enlarge the terminal)",
+        style::kDim);
     lines.push_back(std::move(more));
   }
   if (rows.empty()) {
@@ -266,7 +291,6 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
     while (max_lines > 0 && static_cast<int>(lines.size()) < max_lines - 1) lines.emplace_back();
     lines.push_back(std::move(keys));
   }
-  (void)columns;
   return lines;
 }
 
@@ -340,7 +364,9 @@ int run_top(RankSource& source, const TopOptions& initial) {
   TopOptions options = initial;
   SignalPipe signals;
   Screen screen(STDOUT_FILENO, STDIN_FILENO);
-  const bool interactive = !options.json && ::isatty(STDOUT_FILENO) != 0;
+  const char* term = std::getenv("TERM");
+  const bool dumb_terminal = term != nullptr && std::string_view(term) == "dumb";
+  const bool interactive = !options.json && ::isatty(STDOUT_FILENO) != 0 && !dumb_terminal;
   Frame frame;
   frame.source = source.description();
   frame.interactive = interactive;
@@ -375,7 +401,8 @@ int run_top(RankSource& source, const TopOptions& initial) {
     frame.options = options;
     if (options.json) {
       boost::json::object doc;
-      doc["time"] = static_cast<double>(std::time(nullptr));
+      doc["time"] =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       boost::json::array list;
       for (const TopRow& r : rows) list.emplace_back(row_json(r));
       doc["ranks"] = std::move(list);
@@ -411,7 +438,8 @@ int run_top(RankSource& source, const TopOptions& initial) {
     if (options.iterations > 0 && refreshes >= options.iterations) break;
     const auto next = std::chrono::steady_clock::now() + options.interval;
     while (!quit) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
       const nfds_t count = screen.reads_keys() && keys_open ? 2 : 1;
@@ -451,7 +479,8 @@ int run_top(RankSource& source, const TopOptions& initial) {
               redraw = true;
               break;
             case 'S':
-              options.sort = static_cast<SortKey>((static_cast<int>(options.sort) + kSortKeyCount - 1) % kSortKeyCount);
+              options.sort =
+                  static_cast<SortKey>((static_cast<int>(options.sort) + kSortKeyCount - 1) % kSortKeyCount);
               redraw = true;
               break;
             case 'r':

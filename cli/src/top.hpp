@@ -34,7 +34,7 @@ struct TopRow {
   std::optional<double> token_usage;
   std::optional<double> gen_throughput;
   std::optional<double> spec_accept_length;
-  std::optional<double> dp_imbalance;  // load (KV tokens in use) over the mean of its DP peers
+  std::optional<double> dp_imbalance;   // load (KV tokens in use) over the mean of its DP peers
   std::optional<double> fwd_occupancy;  // percent
   std::optional<double> heartbeat_age;
 };
@@ -49,8 +49,8 @@ struct TopOptions {
   SortKey sort = SortKey::kId;
   bool reverse = false;
   bool json = false;
-  bool color = true;                    // on a terminal, unless NO_COLOR
-  std::vector<std::string> instances;   // empty: every instance
+  bool color = true;                   // on a terminal, unless NO_COLOR
+  std::vector<std::string> instances;  // empty: every instance
 };
 
 // Runs the view; returns the process exit code (0, or 1/3 when the first refresh fails).

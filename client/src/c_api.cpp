@@ -41,6 +41,7 @@ thread_local std::string tls_error_message;
 
 constexpr std::uint32_t kIdentityV1Bytes = sizeof(rankstat_identity);
 constexpr std::uint32_t kGeometryV1Bytes = sizeof(rankstat_geometry);
+constexpr std::uint32_t kPermissionsV1Bytes = sizeof(rankstat_permissions);
 
 static_assert(RANKSTAT_OK == static_cast<int>(Status::kOk));
 static_assert(RANKSTAT_ERR_INVALID_ARGUMENT == static_cast<int>(Status::kInvalidArgument));
@@ -195,6 +196,11 @@ void rankstat_identity_init(rankstat_identity* identity) {
 
 int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry,
                   rankstat_reporter** out) {
+  return rankstat_open_ex(identity, geometry, nullptr, out);
+}
+
+int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry* geometry,
+                     const rankstat_permissions* permissions, rankstat_reporter** out) {
   if (out != nullptr) *out = nullptr;
   try {
     if (out == nullptr || identity == nullptr) {
@@ -210,6 +216,11 @@ int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* ge
       return fail_with(Status::kInvalidArgument,
                        "rankstat_open: geometry->struct_size " + std::to_string(geometry->struct_size) +
                            " is smaller than sizeof(rankstat_geometry) " + std::to_string(kGeometryV1Bytes));
+    }
+    if (permissions != nullptr && permissions->struct_size < kPermissionsV1Bytes) {
+      return fail_with(Status::kInvalidArgument,
+                       "rankstat_open_ex: permissions->struct_size " + std::to_string(permissions->struct_size) +
+                           " is smaller than sizeof(rankstat_permissions) " + std::to_string(kPermissionsV1Bytes));
     }
     if (identity->role < RANKSTAT_ROLE_SCHEDULER || identity->role > RANKSTAT_ROLE_OTHER) {
       return fail_with(Status::kInvalidArgument, "rankstat_open: unknown role " +
@@ -244,6 +255,10 @@ int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* ge
       if (geometry->series_capacity != 0) g.series_capacity = geometry->series_capacity;
       if (geometry->bounds_capacity != 0) g.bounds_capacity = geometry->bounds_capacity;
       if (geometry->values_capacity != 0) g.values_capacity = geometry->values_capacity;
+    }
+    if (permissions != nullptr) {
+      if (permissions->mode != 0) options.mode = permissions->mode;
+      if (permissions->group != nullptr) options.group = permissions->group;
     }
 
     auto* handle = new (std::nothrow) rankstat_reporter;

@@ -1,8 +1,12 @@
 #include "rankstat/reporter.hpp"
 
+#include <grp.h>
+
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "rankstat/shmproto/process.hpp"
 
@@ -50,8 +54,17 @@ Status status_from_register(shm::RegisterStatus status) {
   return Status::kRegistryFull;
 }
 
-std::span<const std::uint8_t> bytes_of(const shm::SchedulerSnapshot& snapshot) {
-  return {reinterpret_cast<const std::uint8_t*>(&snapshot), sizeof snapshot};
+// A group name or numeric gid; -1 if it names no group.
+std::int64_t resolve_group(const std::string& group) {
+  if (group.find_first_not_of("0123456789") == std::string::npos && group.size() <= 10) {
+    const unsigned long long gid = std::strtoull(group.c_str(), nullptr, 10);
+    return gid <= 0xFFFFFFFEull ? static_cast<std::int64_t>(gid) : -1;
+  }
+  struct group entry {};
+  struct group* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return -1;
+  return static_cast<std::int64_t>(found->gr_gid);
 }
 
 }  // namespace
@@ -131,10 +144,27 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
       error_ = "role must be scheduler, tokenizer, detokenizer or other";
       return Status::kInvalidArgument;
     }
+    if ((options.mode & ~0666u) != 0 || (options.mode & 0002u) != 0 || (options.mode & 0600u) != 0600u) {
+      error_ = "segment mode must give its owner read and write, others never write, and no execute or "
+               "special bits (0660, 0640 or 0600)";
+      return Status::kInvalidArgument;
+    }
     shm::CreateOptions create;
     create.directory = options.shm_dir.empty() ? default_shm_dir() : options.shm_dir;
     create.mode = options.mode;
     create.geometry = options.geometry;
+    std::string group = options.group;
+    if (group.empty()) {
+      const char* configured = std::getenv("RANKSTAT_SHM_GROUP");
+      if (configured != nullptr) group = configured;
+    }
+    if (!group.empty()) {
+      create.group = resolve_group(group);
+      if (create.group < 0) {
+        error_ = "segment group '" + group + "' is neither a group name nor a numeric gid";
+        return Status::kInvalidArgument;
+      }
+    }
     shm::CreateResult created = shm::create_segment(options.identity, create);
     if (created.error != shm::CreateError::kNone) {
       error_ = std::move(created.message);
@@ -167,21 +197,20 @@ Status Reporter::report_scheduler(const shm::SchedulerSnapshot& snapshot,
                                   std::span<const shm::PriorityCount> priorities) noexcept {
   if (!is_open()) return Status::kClosed;
   if (priorities.size() > shm::kMaxPriorityCounts) return Status::kInvalidArgument;
+  // Written straight into the ring (no staging copy); the timestamp is taken only once the record has
+  // room, so a full ring (daemon away) costs a few nanoseconds.
+  shm::AppendStatus appended = shm::AppendStatus::kOk;
+  std::uint8_t* payload =
+      ring_.claim(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
+                  static_cast<std::uint32_t>(sizeof snapshot + priorities.size_bytes()), appended);
+  if (payload == nullptr) return status_from_append(appended);
+  std::memcpy(payload, &snapshot, sizeof snapshot);
+  // The record states the number of entries it really carries, whatever the caller's struct says.
   const auto count = static_cast<std::uint32_t>(priorities.size());
-  const std::span<const std::uint8_t> tail(reinterpret_cast<const std::uint8_t*>(priorities.data()),
-                                           priorities.size_bytes());
-  if (snapshot.priority_count == count) {
-    return status_from_append(ring_.append(shm::RecordType::kSchedulerSnapshot,
-                                           shm::kSchedulerSnapshotVersion, bytes_of(snapshot), tail,
-                                           shm::monotonic_ns()));
-  }
-  // The record must state the number of entries it really carries; patch a stack copy, never the
-  // caller's struct (it may be const or shared with another reporter).
-  shm::SchedulerSnapshot patched;
-  std::memcpy(&patched, &snapshot, sizeof patched);
-  patched.priority_count = count;
-  return status_from_append(ring_.append(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
-                                         bytes_of(patched), tail, shm::monotonic_ns()));
+  std::memcpy(payload + offsetof(shm::SchedulerSnapshot, priority_count), &count, sizeof count);
+  if (!priorities.empty()) std::memcpy(payload + sizeof snapshot, priorities.data(), priorities.size_bytes());
+  ring_.commit(shm::coarse_monotonic_ns());
+  return Status::kOk;
 }
 
 Status Reporter::append_record(shm::RecordType type, std::uint16_t type_version,
@@ -190,12 +219,19 @@ Status Reporter::append_record(shm::RecordType type, std::uint16_t type_version,
   if (!is_open()) return Status::kClosed;
   // A record typed as padding would make the consumer skip to the end of the ring and report corruption.
   if (type == shm::RecordType::kPadding) return Status::kInvalidArgument;
-  return status_from_append(ring_.append(type, type_version, first, second, shm::monotonic_ns()));
+  shm::AppendStatus appended = shm::AppendStatus::kOk;
+  std::uint8_t* payload = ring_.claim(type, type_version, static_cast<std::uint32_t>(first.size() + second.size()),
+                                      appended);
+  if (payload == nullptr) return status_from_append(appended);
+  if (!first.empty()) std::memcpy(payload, first.data(), first.size());
+  if (!second.empty()) std::memcpy(payload + first.size(), second.data(), second.size());
+  ring_.commit(shm::coarse_monotonic_ns());
+  return Status::kOk;
 }
 
 void Reporter::heartbeat() noexcept {
   if (!is_open()) return;
-  shm::shared(file_.header()->heartbeat_ns).store(shm::monotonic_ns(), std::memory_order_relaxed);
+  shm::shared(file_.header()->heartbeat_ns).store(shm::coarse_monotonic_ns(), std::memory_order_relaxed);
 }
 
 Status Reporter::register_counter(std::string_view family, const shm::LabelPairs& labels,
@@ -252,7 +288,7 @@ Status Reporter::counter_add(std::uint32_t id, double delta) noexcept {
 
 Status Reporter::gauge_set(std::uint32_t id, double value) noexcept {
   if (const Status status = check_series(id, shm::SeriesKind::kGauge); status != Status::kOk) return status;
-  cumulative_.gauge_set(id, value, shm::monotonic_ns());
+  cumulative_.gauge_set(id, value, shm::coarse_monotonic_ns());
   return Status::kOk;
 }
 

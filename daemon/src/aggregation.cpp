@@ -1,11 +1,13 @@
 #include "aggregation.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <iterator>
 #include <limits>
 
 #include "engine_catalog.hpp"
+#include "text_exposition.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
 
 namespace rankstat {
@@ -29,14 +31,15 @@ bool is_live_only(shm::GaugeMode mode) {
 bool is_per_process(shm::GaugeMode mode) { return mode == shm::GaugeMode::kAll || mode == shm::GaugeMode::kLiveAll; }
 
 // A unique, order-preserving key for a label set (\x1f and \x1e never appear in names; values may
-// contain them only in pathological cases, which then at worst merge two series).
-std::string label_key(const Labels& labels) {
-  std::string key;
+// contain them only in pathological cases, which then at worst merge two series). `pid` non-empty adds
+// the label pid="<pid>" last, as the per-process gauge modes do.
+void label_key(std::string& key, const Labels& labels, std::string_view pid) {
+  key.clear();
   for (const auto& l : labels) {
     key.append(l.name).push_back('\x1f');
     key.append(l.value).push_back('\x1e');
   }
-  return key;
+  if (!pid.empty()) key.append("pid\x1f").append(pid).push_back('\x1e');
 }
 
 std::string format_priority(const SeenPriority& p) { return p.is_none ? "None" : std::to_string(p.priority); }
@@ -58,11 +61,19 @@ void set_label(Labels& labels, const std::string& name, const std::string& value
 FamilySet::Family* FamilySet::family_for(const std::string& name, std::string_view help, MetricType type,
                                          shm::GaugeMode mode) {
   auto [it, inserted] = families_.try_emplace(name);
-  Family& f = it->second;
-  if (inserted) {
+  it->second.name = &it->first;
+  return touch_family(it->second, inserted, help, type, mode, false);
+}
+
+FamilySet::Family* FamilySet::touch_family(Family& f, bool inserted, std::string_view help, MetricType type,
+                                           shm::GaugeMode mode, bool keep_help) {
+  // A family met for the first time in this round is (re)initialised by its first contributor, exactly
+  // as a new one: type, mode and help come from it.
+  if (inserted || f.round != round_) {
     f.type = type;
     f.mode = mode;
-    f.help = std::string(help);
+    if (!keep_help && f.help != help) f.help = std::string(help);
+    f.round = round_;
     return &f;
   }
   if (f.type != type || (type == MetricType::Gauge && f.mode != mode)) {
@@ -72,32 +83,81 @@ FamilySet::Family* FamilySet::family_for(const std::string& name, std::string_vi
   return &f;
 }
 
-FamilySet::Series* FamilySet::series_for(Family& family, Labels labels, const Contributor& from, bool& inserted) {
-  auto [it, fresh] = family.series.try_emplace(label_key(labels));
-  inserted = fresh;
+FamilySet::Series* FamilySet::series_for(Family& family, const Labels& labels, std::string_view pid_label,
+                                         const Contributor& from, bool& inserted) {
+  label_key(key_scratch_, labels, pid_label);
+  auto [it, fresh] = family.series.try_emplace(key_scratch_);
   Series& s = it->second;
   if (fresh) {
-    s.labels = std::move(labels);
-    s.instance = std::string(from.instance);
+    s.labels = labels;
+    if (!pid_label.empty()) s.labels.push_back({"pid", std::string(pid_label)});
+  }
+  return touch_series(s, fresh, from, inserted);
+}
+
+FamilySet::Series* FamilySet::touch_series(Series& s, bool fresh, const Contributor& from, bool& inserted) {
+  // A series met for the first time in this round starts over, exactly as a new one.
+  inserted = fresh || s.round != round_;
+  if (inserted) {
+    s.round = round_;
+    s.value = 0;
+    s.has_value = false;
+    s.timestamp_ns = 0;
+    s.created_ns = 0;
+    s.segment_name.clear();
+    s.sum = 0;
+    s.instance.assign(from.instance);
     return &s;
   }
   if (!from.instance.empty() && !s.instance.empty() && s.instance != from.instance) {
     ++collisions_;
     return nullptr;
   }
-  if (s.instance.empty()) s.instance = std::string(from.instance);
+  if (s.instance.empty()) s.instance.assign(from.instance);
   return &s;
 }
 
+FamilySet::Series* FamilySet::resolve(Slot* slot, std::uint64_t tag, const std::string& name, std::string_view help,
+                                      MetricType type, shm::GaugeMode mode, const Labels& labels,
+                                      std::string_view pid_label, const Contributor& from, bool& inserted) {
+  if (slot != nullptr && slot_valid(*slot, tag)) {
+    if (touch_family(*slot->family_, false, help, type, mode, true) == nullptr) return nullptr;
+    return touch_series(*slot->series_, false, from, inserted);
+  }
+  Family* f = family_for(name, help, type, mode);
+  if (f == nullptr) return nullptr;
+  Series* s = series_for(*f, labels, pid_label, from, inserted);
+  if (s != nullptr && slot != nullptr) {
+    slot->family_ = f;
+    slot->series_ = s;
+    slot->layout_ = layout_;
+    slot->tag_ = tag;
+  }
+  return s;
+}
+
+FamilySet::SegmentSlots& FamilySet::slots(std::string_view segment_name, std::uint64_t generation,
+                                          std::string_view instance_label) {
+  auto it = slots_.find(std::make_tuple(segment_name, generation, instance_label));
+  if (it == slots_.end()) {
+    it = slots_.try_emplace(std::make_tuple(std::string(segment_name), generation, std::string(instance_label))).first;
+  }
+  it->second.round = round_;
+  return it->second;
+}
+
 void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::GaugeMode mode,
-                          const Labels& labels, double value, std::uint64_t timestamp_ns, const Contributor& from) {
+                          const Labels& labels, double value, std::uint64_t timestamp_ns, const Contributor& from,
+                          Slot* slot, std::uint64_t tag) {
   if (is_live_only(mode) && !from.live) return;
-  Family* f = family_for(name, help, MetricType::Gauge, mode);
-  if (f == nullptr) return;
-  Labels full = labels;
-  if (is_per_process(mode)) full.push_back({"pid", std::to_string(from.pid)});
+  char pid_text[16] = {};
+  std::string_view pid_label;
+  if (is_per_process(mode)) {
+    const auto r = std::to_chars(pid_text, pid_text + sizeof pid_text, from.pid);
+    pid_label = std::string_view(pid_text, static_cast<std::size_t>(r.ptr - pid_text));
+  }
   bool inserted = false;
-  Series* found = series_for(*f, std::move(full), from, inserted);
+  Series* found = resolve(slot, tag, name, help, MetricType::Gauge, mode, labels, pid_label, from, inserted);
   if (found == nullptr) return;
   Series& s = *found;
   if (inserted) {
@@ -105,7 +165,7 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
     s.has_value = true;
     s.timestamp_ns = timestamp_ns;
     s.created_ns = from.created_ns;
-    s.segment_name = std::string(from.segment_name);
+    s.segment_name.assign(from.segment_name);
     return;
   }
   switch (mode) {
@@ -136,7 +196,7 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
         s.value = value;
         s.timestamp_ns = timestamp_ns;
         s.created_ns = from.created_ns;
-        s.segment_name = std::string(from.segment_name);
+        s.segment_name.assign(from.segment_name);
       }
       break;
     }
@@ -144,11 +204,9 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
 }
 
 void FamilySet::add_counter(const std::string& name, std::string_view help, const Labels& labels, double value,
-                            const Contributor& from) {
-  Family* f = family_for(name, help, MetricType::Counter, shm::GaugeMode::kSum);
-  if (f == nullptr) return;
+                            const Contributor& from, Slot* slot, std::uint64_t tag) {
   bool inserted = false;
-  Series* s = series_for(*f, labels, from, inserted);
+  Series* s = resolve(slot, tag, name, help, MetricType::Counter, shm::GaugeMode::kSum, labels, {}, from, inserted);
   if (s == nullptr) return;
   s->value += value;
   s->has_value = true;
@@ -156,11 +214,19 @@ void FamilySet::add_counter(const std::string& name, std::string_view help, cons
 
 void FamilySet::add_histogram(const std::string& name, std::string_view help, const Labels& labels,
                               const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts,
-                              double sum, const Contributor& from) {
-  Family* f = family_for(name, help, MetricType::Histogram, shm::GaugeMode::kSum);
-  if (f == nullptr || counts.size() != bounds.size() + 1) return;
+                              double sum, const Contributor& from, Slot* slot, std::uint64_t tag) {
+  if (counts.size() != bounds.size() + 1) {
+    // Still takes part in the family's type check, as a contribution does.
+    if (slot != nullptr && slot_valid(*slot, tag)) {
+      touch_family(*slot->family_, false, help, MetricType::Histogram, shm::GaugeMode::kSum, true);
+    } else {
+      family_for(name, help, MetricType::Histogram, shm::GaugeMode::kSum);
+    }
+    return;
+  }
   bool inserted = false;
-  Series* found = series_for(*f, labels, from, inserted);
+  Series* found =
+      resolve(slot, tag, name, help, MetricType::Histogram, shm::GaugeMode::kSum, labels, {}, from, inserted);
   if (found == nullptr) return;
   Series& s = *found;
   if (inserted) {
@@ -179,6 +245,7 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
   std::vector<prometheus::MetricFamily> out;
   out.reserve(families_.size());
   for (auto& [name, f] : families_) {
+    if (f.round != round_) continue;  // left from an earlier round of render()
     prometheus::MetricFamily family;
     family.name = name;
     family.help = f.help;
@@ -188,7 +255,7 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
     if (as_summary) family.type = MetricType::Summary;
     family.metric.reserve(f.series.size());
     for (auto& [key, s] : f.series) {
-      if (!s.has_value) continue;
+      if (!s.has_value || s.round != round_) continue;
       prometheus::ClientMetric m;
       m.label = std::move(s.labels);
       switch (f.type) {
@@ -223,7 +290,125 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
     if (!family.metric.empty()) out.push_back(std::move(family));
   }
   families_.clear();
+  slots_.clear();
+  ++layout_;
+  ++round_;
   return out;
+}
+
+void FamilySet::render_series(std::string& out, const std::string& name, MetricType type, Series& s) {
+  // The heads depend on the name, labels, output type and (histograms) the bounds only: rendered once.
+  const bool histogram = type == MetricType::Histogram;
+  if (s.head_type != static_cast<int>(type) || (histogram && s.head_bounds != s.bounds)) {
+    s.heads.clear();
+    s.head_ends.clear();
+    auto mark = [&s] { s.head_ends.push_back(static_cast<std::uint32_t>(s.heads.size())); };
+    if (type == MetricType::Gauge || type == MetricType::Counter) {
+      exposition::append_head(s.heads, name, {}, s.labels);
+      mark();
+    } else {
+      exposition::append_head(s.heads, name, "_count", s.labels);
+      mark();
+      exposition::append_head(s.heads, name, "_sum", s.labels);
+      mark();
+      if (histogram) {
+        std::string bound;
+        for (const double b : s.bounds) {
+          bound.clear();
+          exposition::append_value(bound, b);
+          exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound);
+          mark();
+        }
+        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf");
+        mark();
+        s.head_bounds = s.bounds;
+      }
+    }
+    s.head_type = static_cast<int>(type);
+  }
+  std::size_t head = 0;
+  auto put_head = [&] {
+    const std::uint32_t begin = head == 0 ? 0 : s.head_ends[head - 1];
+    out.append(s.heads, begin, s.head_ends[head] - begin);
+    ++head;
+  };
+  switch (type) {
+    case MetricType::Gauge:
+    case MetricType::Counter:
+      put_head();
+      exposition::append_value(out, s.value);
+      out.push_back('\n');
+      break;
+    case MetricType::Summary: {
+      std::uint64_t count = 0;
+      for (const std::uint64_t c : s.counts) count += c;
+      put_head();
+      exposition::append_count(out, count);
+      out.push_back('\n');
+      put_head();
+      exposition::append_value(out, s.sum);
+      out.push_back('\n');
+      break;
+    }
+    case MetricType::Histogram: {
+      std::uint64_t total = 0;
+      for (const std::uint64_t c : s.counts) total += c;
+      put_head();
+      exposition::append_count(out, total);
+      out.push_back('\n');
+      put_head();
+      exposition::append_value(out, s.sum);
+      out.push_back('\n');
+      std::uint64_t cumulative = 0;
+      for (const std::uint64_t c : s.counts) {
+        cumulative += c;
+        put_head();
+        exposition::append_count(out, cumulative);
+        out.push_back('\n');
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) {
+  for (auto fit = families_.begin(); fit != families_.end();) {
+    Family& f = fit->second;
+    if (f.round != round_) {
+      fit = families_.erase(fit);
+      ++layout_;
+      continue;
+    }
+    const std::string& name = fit->first;
+    // Summaries travel as histograms without finite bounds; the catalog says which families they are.
+    const bool as_summary = f.type == MetricType::Histogram && engine_family_is_summary(name);
+    const MetricType type = as_summary ? MetricType::Summary : f.type;
+    bool written = false;
+    for (auto sit = f.series.begin(); sit != f.series.end();) {
+      Series& s = sit->second;
+      if (s.round != round_) {
+        sit = f.series.erase(sit);
+        ++layout_;
+        continue;
+      }
+      if (s.has_value) {
+        if (!written) exposition::append_family_header(out, name, f.help, type);
+        written = true;
+        render_series(out, name, type, s);
+      }
+      ++sit;
+    }
+    if (written && family_ends != nullptr) family_ends->push_back(out.size());
+    ++fit;
+  }
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    it = it->second.round == round_ ? std::next(it) : slots_.erase(it);
+  }
+  ++round_;
+  conflicts_ = 0;
+  collisions_ = 0;
 }
 
 Labels identity_labels(const shm::SegmentHeader& h, const std::string& instance_label) {
@@ -278,7 +463,7 @@ std::string_view queue_field_name(std::uint8_t queue) { return shm::kQueueTotalF
 // SGLang's routing-key GaugeHistograms: a mostrecent gauge per bin with gt/le labels ("gt < count <= le",
 // bounds printed as SGLang prints its integer bounds), sent in the snapshot as per-bin key counts.
 void collect_routing_key_bins(const SchedulerView& view, const Labels& base, const Contributor& from,
-                              FamilySet& out) {
+                              FamilySet& out, std::vector<FamilySet::Slot>& slots) {
   if ((view.fixed.groups & shm::kGroupRoutingKeys) == 0) return;
   const auto bound_text = [](std::size_t i) {
     if (i >= std::size(shm::kRoutingKeyBucketBounds)) return std::string("+Inf");
@@ -291,26 +476,38 @@ void collect_routing_key_bins(const SchedulerView& view, const Labels& base, con
     const std::uint64_t* bins;
   } histograms[] = {{"sglang:routing_key_running_req_count", view.fixed.routing_key_running_req_counts},
                     {"sglang:routing_key_all_req_count", view.fixed.routing_key_all_req_counts}};
+  slots.resize(std::size(histograms) * shm::kRoutingKeyBins);
+  std::size_t index = 0;
   for (const auto& h : histograms) {
     const std::string name = h.family;
     for (std::size_t i = 0; i < shm::kRoutingKeyBins; ++i) {
-      Labels labels = base;
-      labels.push_back({"gt", i == 0 ? std::string("0") : bound_text(i - 1)});
-      labels.push_back({"le", bound_text(i)});
-      out.add_gauge(name, engine_help(name), shm::GaugeMode::kMostRecent, labels, static_cast<double>(h.bins[i]),
-                    view.timestamp_ns, from);
+      FamilySet::Slot& slot = slots[index++];
+      Labels labels;
+      std::string_view help;
+      if (!out.slot_valid(slot, 0)) {  // else the slot knows the series: no labels to build
+        labels = base;
+        labels.push_back({"gt", i == 0 ? std::string("0") : bound_text(i - 1)});
+        labels.push_back({"le", bound_text(i)});
+        help = engine_help(name);
+      }
+      out.add_gauge(name, help, shm::GaugeMode::kMostRecent, labels, static_cast<double>(h.bins[i]),
+                    view.timestamp_ns, from, &slot);
     }
   }
 }
 
 void collect_snapshot(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
-                      FamilySet& out) {
+                      FamilySet& out, FamilySet::SegmentSlots& slots) {
   const SchedulerView& view = s.scheduler();
   if (!view.present) return;
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(&view.fixed);
   const bool priorities_on = (s.identity().flags & shm::kFlagPriorityScheduling) != 0;
   std::string name;
+  slots.snapshot.resize(std::size(shm::kSchedulerScalarFields));
+  std::size_t field_index = 0;
+  std::size_t priority_index = 0;
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
+    FamilySet::Slot& slot = slots.snapshot[field_index++];
     if (field.group != 0 && (view.fixed.groups & field.group) == 0) continue;
     if (!exported_as_snapshot_gauge(field.name)) continue;
     double value = 0;
@@ -324,8 +521,8 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
     name.assign("sglang:").append(field.name);
     const shm::GaugeMode mode = snapshot_field_mode(field.name);
     if (mode == shm::GaugeMode::kAll && !keep_all_mode) continue;
-    const std::string_view help = engine_help(name);
-    out.add_gauge(name, help, mode, base, value, view.timestamp_ns, from);
+    const std::string_view help = out.slot_valid(slot, 0) ? std::string_view() : engine_help(name);
+    out.add_gauge(name, help, mode, base, value, view.timestamp_ns, from, &slot);
     if (!priorities_on) continue;
     // Per-priority breakdown: every priority seen so far on this queue, 0 when absent now.
     for (const SeenPriority& seen : s.seen_priorities()) {
@@ -335,33 +532,51 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
         const bool none = (e.flags & shm::kPriorityIsNone) != 0;
         if (e.queue == seen.queue && none == seen.is_none && (none || e.priority == seen.priority)) count += e.count;
       }
-      Labels labels = base;
-      set_label(labels, "priority", format_priority(seen));
-      out.add_gauge(name, help, mode, labels, static_cast<double>(count), view.timestamp_ns, from);
+      // The slot remembers which priority it held: the set of seen priorities only grows, but in order.
+      const std::uint64_t tag = (std::uint64_t{1} << 63) | (std::uint64_t{field_index} << 48) |
+                                (std::uint64_t{seen.queue} << 40) | (std::uint64_t{seen.is_none} << 32) |
+                                static_cast<std::uint32_t>(seen.priority);
+      if (slots.priorities.size() <= priority_index) slots.priorities.resize(priority_index + 1);
+      FamilySet::Slot& priority_slot = slots.priorities[priority_index++];
+      Labels labels;
+      std::string_view priority_help;
+      if (!out.slot_valid(priority_slot, tag)) {
+        labels = base;
+        set_label(labels, "priority", format_priority(seen));
+        priority_help = engine_help(name);
+      }
+      out.add_gauge(name, priority_help, mode, labels, static_cast<double>(count), view.timestamp_ns, from,
+                    &priority_slot, tag);
     }
   }
-  collect_routing_key_bins(view, base, from, out);
+  collect_routing_key_bins(view, base, from, out, slots.routing);
 }
 
 void collect_cumulative(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
-                        FamilySet& out) {
+                        FamilySet& out, std::vector<FamilySet::Slot>& slots) {
+  slots.resize(s.series().size());
+  std::size_t index = 0;
+  Labels labels;
   for (const SeriesState& series : s.series()) {
-    const Labels labels = series_labels(base, series);
-    const std::string_view help = engine_help(series.info.family);
+    FamilySet::Slot& slot = slots[index++];
+    // A published series never changes: once its slot is filled, its labels need not be built again.
+    const bool known = out.slot_valid(slot, 0);
+    if (!known) labels = series_labels(base, series);
+    const std::string_view help = known ? std::string_view() : engine_help(series.info.family);
     switch (series.info.kind) {
       case shm::SeriesKind::kCounter:
-        out.add_counter(series.info.family, help, labels, series.value.value, from);
+        out.add_counter(series.info.family, help, labels, series.value.value, from, &slot);
         break;
       case shm::SeriesKind::kGauge:
         if (series.value.set_ns == 0) break;  // never set: absent, as prometheus_client does
         if (series.info.gauge_mode == shm::GaugeMode::kAll && !keep_all_mode) break;
         out.add_gauge(series.info.family, help, series.info.gauge_mode, labels, series.value.value,
-                      series.value.set_ns, from);
+                      series.value.set_ns, from, &slot);
         break;
       case shm::SeriesKind::kHistogram:
         if (series.value.counts.size() != series.info.bounds.size() + 1) break;
         out.add_histogram(series.info.family, help, labels, series.info.bounds, series.value.counts,
-                          series.value.sum, from);
+                          series.value.sum, from, &slot);
         break;
     }
   }
@@ -383,8 +598,9 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
     // A dead process's per-pid (`all` mode) series stay for the grace period only: no pile-up.
     const bool keep_all_mode =
         from.live || options.now_ns < s->state_since_ns() || options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
-    collect_snapshot(*s, base, from, keep_all_mode, out);
-    collect_cumulative(*s, base, from, keep_all_mode, out);
+    FamilySet::SegmentSlots& slots = out.slots(s->name(), s->identity().generation, options.instance_label);
+    collect_snapshot(*s, base, from, keep_all_mode, out, slots);
+    collect_cumulative(*s, base, from, keep_all_mode, out, slots.cumulative);
   }
 }
 

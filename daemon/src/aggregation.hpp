@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "rank_segment.hpp"
@@ -33,17 +34,54 @@ struct Contributor {
 };
 
 class FamilySet {
+ private:
+  struct Series;
+  struct Family;
+
  public:
+  // Where one contribution of a segment went in an earlier round (scrape) of this set. A valid slot
+  // lets the next round skip building the contribution's labels and both map lookups; the rules applied
+  // to the value are the same. Filled by the add_* calls that are given one.
+  class Slot {
+    friend class FamilySet;
+    Family* family_ = nullptr;
+    Series* series_ = nullptr;
+    std::uint64_t layout_ = 0;
+    std::uint64_t tag_ = 0;
+  };
+  // The slots of one segment generation, by what the caller contributes from it.
+  struct SegmentSlots {
+    std::vector<Slot> snapshot;
+    std::vector<Slot> priorities;
+    std::vector<Slot> routing;
+    std::vector<Slot> cumulative;
+    std::uint64_t round = 0;
+  };
+  // The slots of a generation (name and nonce) exported with `instance_label`; kept while it contributes.
+  SegmentSlots& slots(std::string_view segment_name, std::uint64_t generation, std::string_view instance_label);
+  // True when `slot` still designates the series it was filled with for `tag`: the caller may then pass
+  // empty labels and help (they are only used to fill a slot).
+  bool slot_valid(const Slot& slot, std::uint64_t tag) const {
+    return slot.series_ != nullptr && slot.layout_ == layout_ && slot.tag_ == tag;
+  }
+
   void add_gauge(const std::string& name, std::string_view help, shm::GaugeMode mode, const Labels& labels,
-                 double value, std::uint64_t timestamp_ns, const Contributor& from);
+                 double value, std::uint64_t timestamp_ns, const Contributor& from, Slot* slot = nullptr,
+                 std::uint64_t tag = 0);
   void add_counter(const std::string& name, std::string_view help, const Labels& labels, double value,
-                   const Contributor& from = {});
+                   const Contributor& from = {}, Slot* slot = nullptr, std::uint64_t tag = 0);
   void add_histogram(const std::string& name, std::string_view help, const Labels& labels,
                      const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum,
-                     const Contributor& from = {});
+                     const Contributor& from = {}, Slot* slot = nullptr, std::uint64_t tag = 0);
 
   // The families in name order, series in label order. The set is left empty.
   std::vector<prometheus::MetricFamily> finish();
+  // Writes what finish() returns as text format 0.0.4, byte for byte as prometheus::TextSerializer
+  // writes it (text_exposition.hpp), and ends the round like finish(); but the set keeps every series'
+  // storage and pre-rendered sample heads for the next round, so a scrape that finds the same series
+  // only writes values. Series and families not contributed in a round are dropped at its end.
+  // `family_ends` (optional) receives the offset in `out` where each written family ends.
+  void render(std::string& out, std::vector<std::size_t>* family_ends = nullptr);
   // Samples dropped because their family's type, mode or buckets disagreed with an earlier rank's.
   std::uint64_t conflicts() const { return conflicts_; }
   // Samples dropped because another engine instance already owns the same name and label set
@@ -53,6 +91,7 @@ class FamilySet {
  private:
   struct Series {
     Labels labels;
+    std::uint64_t round = 0;  // the round that last contributed to it
     double value = 0;
     bool has_value = false;
     std::uint64_t timestamp_ns = 0;
@@ -62,21 +101,43 @@ class FamilySet {
     std::vector<double> bounds;
     std::vector<std::uint64_t> counts;
     double sum = 0;
+    // render(): the sample heads (name, labels, le), concatenated, for the type and bounds below.
+    int head_type = -1;
+    std::vector<double> head_bounds;
+    std::string heads;
+    std::vector<std::uint32_t> head_ends;
   };
   struct Family {
     prometheus::MetricType type = prometheus::MetricType::Untyped;
     shm::GaugeMode mode = shm::GaugeMode::kMostRecent;
     std::string help;
     std::map<std::string, Series> series;
+    std::uint64_t round = 0;
+    const std::string* name = nullptr;  // the key in families_
   };
   Family* family_for(const std::string& name, std::string_view help, prometheus::MetricType type,
                      shm::GaugeMode mode);
-  // The series for `labels`, or nullptr if another instance owns it.
-  Series* series_for(Family& family, Labels labels, const Contributor& from, bool& inserted);
+  // First contribution to `f` in this round: (re)initialises it like a new family.
+  Family* touch_family(Family& f, bool inserted, std::string_view help, prometheus::MetricType type,
+                       shm::GaugeMode mode, bool keep_help);
+  // The series for `labels`, or nullptr if another instance owns it. `pid_label` (if non-empty) is
+  // appended as pid="...". `inserted` is true when the series is new in this round.
+  Series* series_for(Family& family, const Labels& labels, std::string_view pid_label, const Contributor& from,
+                     bool& inserted);
+  Series* touch_series(Series& s, bool fresh, const Contributor& from, bool& inserted);
+  // Resolves a contribution through `slot` when valid, else through the maps (filling the slot).
+  Series* resolve(Slot* slot, std::uint64_t tag, const std::string& name, std::string_view help,
+                  prometheus::MetricType type, shm::GaugeMode mode, const Labels& labels, std::string_view pid_label,
+                  const Contributor& from, bool& inserted);
+  void render_series(std::string& out, const std::string& name, prometheus::MetricType type, Series& s);
 
   std::map<std::string, Family> families_;
   std::uint64_t conflicts_ = 0;
   std::uint64_t collisions_ = 0;
+  std::uint64_t round_ = 1;   // rounds end at finish() or render()
+  std::uint64_t layout_ = 1;  // changes whenever a series or family is erased: invalidates every slot
+  std::string key_scratch_;
+  std::map<std::tuple<std::string, std::uint64_t, std::string>, SegmentSlots, std::less<>> slots_;
 };
 
 // The identity labels of a segment, in SGLang's order: model_name, engine_type, tp_rank, pp_rank,

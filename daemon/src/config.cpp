@@ -1,6 +1,7 @@
 #include "config.hpp"
 
 #include <CLI/CLI.hpp>
+#include <pwd.h>
 
 #include "rankstat/shmproto/cumulative.hpp"
 #include <fstream>
@@ -42,9 +43,49 @@ struct DurationFlags {
   std::string liveness = "250ms";
   std::string stall = "30s";
   std::string dead_grace = "5m";
+  std::string read_timeout = "10s";
 };
 
+// A user name or numeric uid; nullopt if neither.
+std::optional<std::uint32_t> resolve_uid(const std::string& owner) {
+  if (!owner.empty() && owner.find_first_not_of("0123456789") == std::string::npos && owner.size() <= 10) {
+    const unsigned long long uid = std::stoull(owner);
+    if (uid <= 0xFFFFFFFEull) return static_cast<std::uint32_t>(uid);
+    return std::nullopt;
+  }
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (getpwnam_r(owner.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
+    return std::nullopt;
+  }
+  return static_cast<std::uint32_t>(found->pw_uid);
+}
+
+std::optional<std::string> apply_owners(Config& c) {
+  c.allowed_uids.clear();
+  c.any_owner = false;
+  for (const std::string& list : c.allowed_owners) {
+    std::stringstream items(list);
+    std::string owner;
+    while (std::getline(items, owner, ',')) {
+      if (owner.empty()) continue;
+      if (owner == "any") {
+        c.any_owner = true;
+        continue;
+      }
+      const auto uid = resolve_uid(owner);
+      if (!uid) return "--shm.allowed-uids: '" + owner + "' is neither a user name nor a numeric uid";
+      c.allowed_uids.push_back(*uid);
+    }
+  }
+  return std::nullopt;
+}
+
 void add_options(CLI::App& app, Config& c, DurationFlags& d) {
+  // Config-file keys are the flag names ("log.level = debug"); CLI11 would otherwise read the dot as a
+  // section separator and silently ignore every key.
+  app.get_config_formatter_base()->parentSeparator('/');
   app.add_option("--web.listen-address", c.listen_address, "Address to listen on for HTTP: host:port or :port")
       ->capture_default_str();
   app.add_option("--web.telemetry-path", c.telemetry_path, "Path under which to expose metrics")
@@ -78,6 +119,15 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
   app.add_option("--web.gzip-level", c.gzip_level, "zlib level for gzip responses (1 = fastest)")
       ->capture_default_str()
       ->check(CLI::Range(1, 9));
+  app.add_option("--web.read-timeout", d.read_timeout,
+                 "Deadline for a client to send a whole request; slower connections are closed")
+      ->capture_default_str();
+  app.add_option("--shm.allowed-uids", c.allowed_owners,
+                 "Segment owners to accept besides this daemon's user and root: user names or uids, comma "
+                 "separated or repeated; 'any' accepts every owner")
+      ->delimiter(',');
+  app.add_flag("--shm.allow-world-writable", c.allow_world_writable,
+               "Accept segments that any local user may write (refused by default)");
 }
 
 std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
@@ -86,7 +136,8 @@ std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
       {&d.scan, &c.scan_interval},
       {&d.liveness, &c.liveness_interval},
       {&d.stall, &c.stall_after},
-      {&d.dead_grace, &c.dead_grace}};
+      {&d.dead_grace, &c.dead_grace},
+      {&d.read_timeout, &c.read_timeout}};
   for (const auto& [text, out] : items) {
     const auto value = parse_duration(*text);
     if (!value || (value->count() == 0 && out != &c.dead_grace)) {
@@ -122,6 +173,11 @@ ConfigParse parse_config(int argc, const char* const* argv) {
     result.message = *error + "\n";
     return result;
   }
+  if (auto error = apply_owners(c)) {
+    result.exit_code = 2;
+    result.message = *error + "\n";
+    return result;
+  }
   result.config = c;
   return result;
 }
@@ -136,7 +192,7 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   Config c = base;
   auto ms = [](std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; };
   DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval), ms(base.stall_after),
-                  ms(base.dead_grace)};
+                  ms(base.dead_grace), ms(base.read_timeout)};
   CLI::App app;
   app.allow_config_extras(CLI::config_extras_mode::ignore);
   app.set_config("--config.file", base.config_file);
@@ -152,12 +208,17 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
     error = *message;
     return std::nullopt;
   }
+  if (auto message = apply_owners(c)) {
+    error = *message;
+    return std::nullopt;
+  }
   // The listener and the shm directory stay as started: changing them needs a restart.
   c.listen_address = base.listen_address;
   c.telemetry_path = base.telemetry_path;
   c.shm_dir = base.shm_dir;
   c.address_file = base.address_file;
   c.max_connections = base.max_connections;
+  c.read_timeout = base.read_timeout;
   c.state_dir = base.state_dir;
   c.instance_label = base.instance_label;
   return c;

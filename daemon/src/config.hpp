@@ -28,6 +28,14 @@ struct Config {
   std::string instance_label;  // label carrying the engine instance id on every engine series; empty: none
   std::string log_level = "info";
   int gzip_level = 1;
+  // Whole-request deadline per HTTP connection (slowloris defence).
+  std::chrono::milliseconds read_timeout{10000};
+  // Segment trust (docs/reliability.md): owners besides the daemon's own uid and root, as given (user
+  // names or numeric uids, "any" for every owner), resolved into allowed_uids / any_owner.
+  std::vector<std::string> allowed_owners;
+  std::vector<std::uint32_t> allowed_uids;
+  bool any_owner = false;
+  bool allow_world_writable = false;
   std::string config_file;  // re-read on SIGHUP; holds flag=value lines
 };
 

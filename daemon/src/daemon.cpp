@@ -1,6 +1,5 @@
 #include "daemon.hpp"
 
-#include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 #include <sys/inotify.h>
 #include <sys/syscall.h>
@@ -30,6 +29,7 @@
 #include "retired_totals.hpp"
 #include "segment_registry.hpp"
 #include "self_metrics.hpp"
+#include "text_exposition.hpp"
 
 namespace rankstat {
 namespace {
@@ -75,6 +75,9 @@ RegistryOptions registry_options(const Config& c) {
   o.instances = c.instances;
   o.instance_label = c.instance_label;
   o.dead_grace = c.dead_grace;
+  o.allowed_uids = c.allowed_uids;
+  o.any_owner = c.any_owner;
+  o.allow_world_writable = c.allow_world_writable;
   return o;
 }
 
@@ -111,11 +114,18 @@ struct Daemon::State {
   asio::steady_timer scan_timer{io};
   asio::steady_timer watchdog_timer{io};
   asio::steady_timer shutdown_deadline{io};
+  asio::steady_timer idle_check{io};
   asio::signal_set stop_signals{io, SIGTERM, SIGINT};
   asio::signal_set reload_signals{io, SIGHUP};
   std::optional<asio::posix::stream_descriptor> inotify;
   std::array<char, 4096> inotify_buffer{};
   bool rescan_pending = false;
+  // The exposition is kept between scrapes: series storage and pre-rendered sample heads (FamilySet), and
+  // the compressed form of every family, re-deflated only when its text changed (ChunkedGzip).
+  FamilySet engine;
+  exposition::ChunkedGzip gzip{1};
+  std::size_t last_body_bytes = 0;
+  std::vector<std::size_t> body_family_ends;
   bool stopping = false;
   std::optional<std::chrono::microseconds> watchdog_period;
   // Exit notification per live writer process, keyed by (segment name, generation).
@@ -249,6 +259,7 @@ struct Daemon::State {
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         registry.set_instances(config.instances);
         registry.set_dead_grace(config.dead_grace);
+        registry.set_trust(config.allowed_uids, config.any_owner, config.allow_world_writable);
         self.note_reload(true);
         spdlog::info("configuration reloaded");
       } else {
@@ -277,6 +288,20 @@ struct Daemon::State {
     shutdown_deadline.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) io.stop();
     });
+    finish_when_idle();
+  }
+
+  // The pending deadline would otherwise keep io.run() busy for its full 5 s: cancel it as soon as the
+  // last connection has closed, so SIGTERM exits right after the scrape in flight.
+  void finish_when_idle() {
+    if (!server || server->active_connections() == 0) {
+      shutdown_deadline.cancel();
+      return;
+    }
+    idle_check.expires_after(std::chrono::milliseconds(10));
+    idle_check.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) finish_when_idle();
+    });
   }
 
   HttpCounters http_counters() const {
@@ -290,12 +315,12 @@ struct Daemon::State {
     return c;
   }
 
-  std::string render_metrics() {
+  // Writes the exposition into `body`; `family_ends` receives where each family ends (the gzip chunks).
+  void render_metrics(std::string& body, std::vector<std::size_t>& family_ends) {
     const auto started = std::chrono::steady_clock::now();
     const std::uint64_t now_ns = shm::monotonic_ns();
     self.add_records_drained(registry.drain_all(now_ns));  // freshest data for this scrape
     registry.refresh_cumulative();
-    FamilySet engine;
     CollectOptions options;
     options.instance_label = config.instance_label;
     options.now_ns = now_ns;
@@ -303,13 +328,16 @@ struct Daemon::State {
     collect_engine_metrics(registry.generations(), options, engine);
     retired.contribute(engine);
     self.set_scrape_drops(engine.conflicts(), engine.collisions());
-    std::vector<prometheus::MetricFamily> families = engine.finish();
-    std::vector<prometheus::MetricFamily> own = self.collect(registry, http_counters(), now_ns);
-    families.insert(families.end(), std::make_move_iterator(own.begin()), std::make_move_iterator(own.end()));
-    std::string body = prometheus::TextSerializer().Serialize(families);
+    body.reserve(last_body_bytes + last_body_bytes / 8);
+    // Byte for byte what prometheus::TextSerializer writes for engine.finish() followed by the self-metrics.
+    engine.render(body, &family_ends);
+    for (const prometheus::MetricFamily& family : self.collect(registry, http_counters(), now_ns)) {
+      exposition::append_family(body, family);
+      family_ends.push_back(body.size());
+    }
+    last_body_bytes = body.size();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     self.observe_scrape(seconds, body.size());
-    return body;
   }
 
   http::Response handle(const http::Request& request) {
@@ -317,8 +345,24 @@ struct Daemon::State {
     if (path == config.telemetry_path) {
       http::Response r;
       r.content_type = std::string(kTextContentType);
-      r.body = render_metrics();
-      r.compressible = true;
+      std::vector<std::size_t>& family_ends = body_family_ends;
+      family_ends.clear();
+      if (http::accepts_gzip(request.accept_encoding)) {
+        // Rendered into the compressor's own buffer: it compares each family with the previous body and
+        // deflates only those that changed.
+        std::string& body = gzip.next_body();
+        render_metrics(body, family_ends);
+        try {
+          gzip.set_level(config.gzip_level);
+          r.precompressed_gzip = gzip.compress(family_ends);
+          return r;
+        } catch (const std::exception& e) {
+          spdlog::warn("gzip of /metrics failed, sending it uncompressed: {}", e.what());
+          r.body = body;
+          return r;
+        }
+      }
+      render_metrics(r.body, family_ends);
       return r;
     }
     if (path == "/healthz") return text_response(200, "ok\n");
@@ -344,7 +388,8 @@ struct Daemon::State {
       if (const RankSegment* s = registry.find_current(id)) {
         return json_response(200, boost::json::serialize(rank_detail_json(*s, now_ns)));
       }
-      return json_response(404, R"({"error":"no such rank","id":")" + id + "\"}");
+      // Serialized, not pasted: the id comes from the request and may hold quotes or backslashes.
+      return json_response(404, boost::json::serialize(boost::json::object{{"error", "no such rank"}, {"id", id}}));
     }
     return text_response(404, "not found: try " + config.telemetry_path + "\n");
   }
@@ -371,6 +416,7 @@ int Daemon::run() {
   options.listen_address = s.config.listen_address;
   options.max_connections = s.config.max_connections;
   options.gzip_level = s.config.gzip_level;
+  options.read_timeout = s.config.read_timeout;
   s.server = std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
   if (!s.config.state_dir.empty()) {
     std::error_code ec;

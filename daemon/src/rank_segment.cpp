@@ -4,7 +4,10 @@
 #include <cstring>
 #include <memory>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "bus_guard.hpp"
 
 namespace rankstat {
 
@@ -25,17 +28,72 @@ std::string_view rank_state_name(RankState state) {
 RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns)
     : name_(std::move(name)), path_(std::move(path)), opened_(std::move(opened)), opened_ns_(now_ns) {
   id_ = name_.substr(shm::kSegmentPrefix.size());
+  install_bus_guard();
   const shm::SegmentHeader& h = opened_.identity;
-  // The RingReader holds a record-sized scratch buffer; keep it in place inside this object, which the
-  // daemon never moves (it is held by unique_ptr).
-  ring_ = shm::RingReader(opened_.file.header(), opened_.ring(), h.ring_bytes, /*publish_head=*/true);
   cumulative_ = shm::CumulativeReader(opened_.cumulative(), opened_.cumulative_geometry);
-  shm::shared(opened_.file.header()->consumer_pid).store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
   scheduler_.priorities.reserve(shm::kMaxPriorityCounts);
   state_since_ns_ = now_ns;
-  recover_consumed_snapshot();
   rate_window_start_ns_ = now_ns;
+  read_guarded([&] {
+    // The RingReader holds a record-sized scratch buffer; keep it in place inside this object, which
+    // the daemon never moves (it is held by unique_ptr).
+    ring_ = shm::RingReader(opened_.file.header(), opened_.ring(), h.ring_bytes, /*publish_head=*/true);
+    shm::shared(opened_.file.header()->consumer_pid)
+        .store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
+  });
+  if (memory_fault_.empty()) recover_consumed_snapshot();
   rate_window_start_records_ = producer().records_written;
+}
+
+// Runs `read` with the mapping guarded against SIGBUS. Returns false without reading if the memory
+// was already found missing, and false (recording "bus_error") if it went missing during `read`.
+template <typename Read>
+bool RankSegment::read_guarded(Read&& read) const {
+  if (!memory_fault_.empty()) return false;
+  BusGuard guard(opened_.file.bytes(), opened_.file.size());
+  read();
+  if (!guard.faulted()) return true;
+  memory_fault_ = "bus_error";
+  return false;
+}
+
+shm::ProducerState RankSegment::producer() const {
+  shm::ProducerState now;
+  if (read_guarded([&] { now = shm::read_producer_state(*opened_.file.header()); })) last_producer_ = now;
+  return last_producer_;
+}
+
+bool RankSegment::check_file_size() {
+  if (!memory_fault_.empty()) return false;
+  struct stat st {};
+  if (fstat(opened_.file.fd(), &st) != 0) return true;  // cannot tell; the guard still protects reads
+  if (static_cast<std::uint64_t>(st.st_size) >= opened_.file.size()) return true;
+  memory_fault_ = "truncated";
+  return false;
+}
+
+std::string_view RankSegment::ring_fault() const {
+  switch (ring_status_) {
+    case shm::DrainStatus::kOk:
+      return {};
+    case shm::DrainStatus::kCorruptIndex:
+      return "ring_index";
+    case shm::DrainStatus::kCorruptRecord:
+      return "ring_record";
+  }
+  return "ring_record";
+}
+
+bool RankSegment::take_unreported_memory_fault() const {
+  if (memory_fault_.empty() || memory_fault_reported_) return false;
+  memory_fault_reported_ = true;
+  return true;
+}
+
+bool RankSegment::take_unreported_ring_fault() const {
+  if (!ring_corrupt_ || ring_fault_reported_) return false;
+  ring_fault_reported_ = true;
+  return true;
 }
 
 void RankSegment::recover_consumed_snapshot() {
@@ -43,15 +101,25 @@ void RankSegment::recover_consumed_snapshot() {
   // snapshot would stay invisible until the rank's next report (30 s for an idle SGLang rank). Read it
   // back without consuming, if the writer has not overwritten it since.
   shm::SegmentHeader& live = *opened_.file.header();
-  const std::uint64_t position_plus_one =
-      shm::shared(live.latest_record_position[static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)])
-          .load(std::memory_order_acquire);
+  std::uint64_t position_plus_one = 0;
+  if (!read_guarded([&] {
+        position_plus_one =
+            shm::shared(live.latest_record_position[static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)])
+                .load(std::memory_order_acquire);
+      })) {
+    return;
+  }
   if (position_plus_one == 0 || position_plus_one - 1 >= ring_.head()) return;  // will be drained normally
   shm::RecordHeader header{};
   std::vector<std::uint8_t> payload(shm::kMaxRecordBytes);
-  const std::int64_t bytes = shm::peek_latest_record(&live, opened_.ring(), opened_.identity.ring_bytes,
-                                                     shm::RecordType::kSchedulerSnapshot, header, payload);
-  if (bytes >= 0) apply_record(header, std::span<const std::uint8_t>(payload.data(), static_cast<std::size_t>(bytes)));
+  std::int64_t bytes = -1;
+  const bool read = read_guarded([&] {
+    bytes = shm::peek_latest_record(&live, opened_.ring(), opened_.identity.ring_bytes,
+                                    shm::RecordType::kSchedulerSnapshot, header, payload);
+  });
+  if (read && bytes >= 0) {
+    apply_record(header, std::span<const std::uint8_t>(payload.data(), static_cast<std::size_t>(bytes)));
+  }
 }
 
 void RankSegment::set_state(RankState state, std::uint64_t now_ns) {
@@ -62,17 +130,30 @@ void RankSegment::set_state(RankState state, std::uint64_t now_ns) {
 }
 
 bool RankSegment::drain(std::uint64_t now_ns) {
-  if (ring_corrupt_) return false;
+  if (ring_corrupt_ || !memory_fault_.empty()) return false;
   // Bound one pass so a flooded ring cannot starve the other segments or a scrape.
   constexpr std::uint64_t kMaxBytesPerPass = 256 * 1024;
-  const shm::DrainStats stats = ring_.drain(
-      [this](const shm::RecordHeader& header, std::span<const std::uint8_t> payload) { apply_record(header, payload); },
-      kMaxBytesPerPass);
+  shm::DrainStats stats;
+  {
+    BusGuard guard(opened_.file.bytes(), opened_.file.size());
+    // Each record is copied out before the callback runs, so a fault during that copy is seen here and
+    // the torn copy (zeros where the pages vanished) is never applied; earlier records were whole.
+    stats = ring_.drain(
+        [&](const shm::RecordHeader& header, std::span<const std::uint8_t> payload) {
+          if (!guard.faulted()) apply_record(header, payload);
+        },
+        kMaxBytesPerPass);
+    shm::shared(opened_.file.header()->consumer_heartbeat_ns).store(now_ns, std::memory_order_relaxed);
+    if (guard.faulted()) {
+      memory_fault_ = "bus_error";
+      return false;
+    }
+  }
   records_drained_ += stats.records;
   sequence_gaps_ += stats.sequence_gaps;
-  shm::shared(opened_.file.header()->consumer_heartbeat_ns).store(now_ns, std::memory_order_relaxed);
   if (stats.status != shm::DrainStatus::kOk) {
     ring_corrupt_ = true;
+    ring_status_ = stats.status;
     return false;
   }
   return true;
@@ -125,21 +206,32 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
 }
 
 void RankSegment::refresh_cumulative() {
-  const std::uint32_t published = cumulative_.published_series();
-  for (std::uint32_t i = descriptors_seen_; i < published; ++i) {
-    auto info = cumulative_.read_descriptor(i);
-    if (!info) {
-      ++invalid_series_;
-      continue;
+  // Two phases: read everything into staging, commit only if no read faulted. A SIGBUS mid-refresh
+  // patches the vanished pages with zeros; committing those would make counters go backwards.
+  std::vector<SeriesState> fresh;
+  std::uint64_t invalid = 0;
+  std::uint32_t published = 0;
+  const bool read = read_guarded([&] {
+    published = cumulative_.published_series();
+    for (std::uint32_t i = descriptors_seen_; i < published; ++i) {
+      auto info = cumulative_.read_descriptor(i);
+      if (!info) {
+        ++invalid;
+        continue;
+      }
+      fresh.push_back(SeriesState{std::move(*info), {}});
     }
-    series_.push_back(SeriesState{std::move(*info), {}});
-  }
+    staging_.resize(series_.size() + fresh.size());
+    for (std::size_t i = 0; i < series_.size(); ++i) cumulative_.read_value(series_[i].info, staging_[i]);
+    for (std::size_t i = 0; i < fresh.size(); ++i) cumulative_.read_value(fresh[i].info, staging_[series_.size() + i]);
+  });
+  if (!read) return;
+  invalid_series_ += invalid;
   descriptors_seen_ = std::max(descriptors_seen_, published);
-  shm::SeriesValue scratch;
-  for (SeriesState& s : series_) {
-    cumulative_.read_value(s.info, scratch);
+  for (SeriesState& s : fresh) series_.push_back(std::move(s));
+  for (std::size_t i = 0; i < series_.size(); ++i) {
     // A sequence that never settles means the writer died mid-update: keep the last good value.
-    if (scratch.consistent) std::swap(s.value, scratch);
+    if (staging_[i].consistent) std::swap(series_[i].value, staging_[i]);
   }
 }
 

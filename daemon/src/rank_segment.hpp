@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -57,12 +58,29 @@ class RankSegment {
   std::uint64_t opened_ns() const { return opened_ns_; }
 
   // Drains committed records. Returns false if the ring is corrupt (the segment is then quarantined:
-  // its last good values stay, nothing more is read from the ring).
+  // its last good values stay, nothing more is read from the ring) or its memory is gone (below).
   bool drain(std::uint64_t now_ns);
   // Picks up newly registered series and reads every series' current value.
   void refresh_cumulative();
 
-  shm::ProducerState producer() const { return shm::read_producer_state(*opened_.file.header()); }
+  // Producer-group fields as of now; once the memory is gone, the last ones read.
+  shm::ProducerState producer() const;
+
+  // Every read of the mapping runs under a BusGuard (bus_guard.hpp). When the file shrinks below the
+  // mapping ("truncated", found by check_file_size) or a read raises SIGBUS ("bus_error"), the segment's
+  // memory is never read again: its last good values, totals and producer state stay exported. Empty
+  // while the memory is readable.
+  std::string_view memory_fault() const { return memory_fault_; }
+  // fstat of the descriptor; false (and memory_fault() "truncated") if the file is now smaller than the
+  // mapping. A system call: for the liveness pass, never the drain path.
+  bool check_file_size();
+  // Why the ring was quarantined: "ring_index" (head/tail inconsistent), "ring_record" (a record length
+  // or padding that cannot be right), or empty.
+  std::string_view ring_fault() const;
+  // True the first time it is called after a memory or ring fault appeared (for logging and counting
+  // each fault of a generation once).
+  bool take_unreported_memory_fault() const;
+  bool take_unreported_ring_fault() const;
   const SchedulerView& scheduler() const { return scheduler_; }
   const std::vector<SeriesState>& series() const { return series_; }
   const std::set<SeenPriority>& seen_priorities() const { return seen_priorities_; }
@@ -91,6 +109,8 @@ class RankSegment {
  private:
   void apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload);
   void recover_consumed_snapshot();
+  template <typename Read>
+  bool read_guarded(Read&& read) const;  // false if the memory is (or just went) missing
 
   std::string name_;
   std::string id_;
@@ -111,6 +131,13 @@ class RankSegment {
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
   bool ring_corrupt_ = false;
+  shm::DrainStatus ring_status_ = shm::DrainStatus::kOk;
+  mutable bool ring_fault_reported_ = false;
+  // Written by const readers (producer()) when they find the memory gone.
+  mutable std::string_view memory_fault_;
+  mutable bool memory_fault_reported_ = false;
+  mutable shm::ProducerState last_producer_{};
+  std::vector<shm::SeriesValue> staging_;  // refresh_cumulative reads here first, commits if no fault
   bool schema_conflict_ = false;
   std::uint64_t records_drained_ = 0;
   std::uint64_t sequence_gaps_ = 0;

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "aggregation.hpp"
+#include "bus_guard.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
@@ -22,6 +23,10 @@ constexpr std::int64_t kTemporaryMaxAgeSeconds = 60;
 
 std::uint64_t to_ns(std::chrono::milliseconds d) { return static_cast<std::uint64_t>(d.count()) * 1'000'000ull; }
 
+std::int64_t ctime_ns(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+}
+
 bool expired(const RankSegment& s, std::uint64_t now_ns, std::uint64_t grace_ns) {
   return !is_live(s.state()) && now_ns >= s.state_since_ns() && now_ns - s.state_since_ns() > grace_ns;
 }
@@ -29,9 +34,106 @@ bool expired(const RankSegment& s, std::uint64_t now_ns, std::uint64_t grace_ns)
 
 SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired)
     : options_(std::move(options)), retired_(retired) {
+  install_bus_guard();
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     if (!exported_as_snapshot_gauge(field.name)) continue;
     schema_[std::string("sglang:") + field.name] = {shm::SeriesKind::kGauge, snapshot_field_mode(field.name)};
+  }
+}
+
+void SegmentRegistry::set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner, bool allow_world_writable) {
+  options_.allowed_uids = std::move(allowed_uids);
+  options_.any_owner = any_owner;
+  options_.allow_world_writable = allow_world_writable;
+  for (auto& [name, r] : rejected_) r.recheck = true;
+}
+
+bool SegmentRegistry::Rejected::same_file(const struct stat& st) const {
+  return inode == st.st_ino && device == st.st_dev && mode == st.st_mode && uid == st.st_uid && gid == st.st_gid &&
+         size == st.st_size && ctime_ns == rankstat::ctime_ns(st);
+}
+
+std::string SegmentRegistry::distrust(const struct stat& st, std::string& message) const {
+  if (!S_ISREG(st.st_mode)) {
+    message = "not a regular file (a symlink, directory, FIFO or device); never opened";
+    return "not_regular_file";
+  }
+  if ((st.st_mode & S_IWOTH) != 0 && !options_.allow_world_writable) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    message = std::string("mode ") + mode +
+              " lets any local user write it; writers create segments 0660 or 0640 (--shm.allow-world-writable "
+              "accepts it anyway)";
+    return "world_writable";
+  }
+  const std::uint32_t uid = st.st_uid;
+  const bool owner_ok = options_.any_owner || uid == geteuid() || uid == 0 ||
+                        std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
+                            options_.allowed_uids.end();
+  if (!owner_ok) {
+    message = "owned by uid " + std::to_string(uid) + ", which is neither this daemon's uid " +
+              std::to_string(geteuid()) + ", root, nor in --shm.allowed-uids";
+    return "unexpected_owner";
+  }
+  return {};
+}
+
+void SegmentRegistry::reject(const std::string& name, const struct stat& st, const std::string& reason,
+                             const std::string& message, std::uint64_t now_ns) {
+  Rejected& r = rejected_[name];
+  const bool repeat = r.inode == st.st_ino && r.device == st.st_dev && r.reason == reason;
+  r = Rejected{st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid, st.st_size, ctime_ns(st), reason};
+  if (repeat) return;  // counted and logged for this file and reason already
+  if (reason == "not_regular_file") {
+    ++counters_.rejected_not_regular;
+  } else if (reason == "world_writable") {
+    ++counters_.rejected_world_writable;
+  } else if (reason == "unexpected_owner") {
+    ++counters_.rejected_unexpected_owner;
+  } else if (reason == "bus_error") {
+    ++counters_.quarantined_bus_error;
+  } else {
+    for (int i = 0; i < shm::kRejectReasonCount; ++i) {
+      if (shm::reject_reason_name(static_cast<shm::RejectReason>(i)) == reason) {
+        ++counters_.rejected_by_reason[static_cast<std::size_t>(i)];
+      }
+    }
+  }
+  if (!log_limiter_.allow(now_ns)) {
+    ++counters_.log_lines_suppressed;
+    return;
+  }
+  const std::uint64_t suppressed = log_limiter_.suppressed_since_last();
+  if (suppressed != 0) spdlog::warn("{} similar messages about bad segments were suppressed", suppressed);
+  spdlog::warn("rejected segment {} ({}): {}", name, reason, message);
+}
+
+void SegmentRegistry::note_faults(const RankSegment& s, std::uint64_t now_ns) {
+  std::string reason;
+  if (s.take_unreported_memory_fault()) {
+    reason = std::string(s.memory_fault());
+    ++(reason == "truncated" ? counters_.quarantined_truncated : counters_.quarantined_bus_error);
+  } else if (s.take_unreported_ring_fault()) {
+    reason = std::string(s.ring_fault());
+    ++counters_.corrupt_rings;
+    ++(reason == "ring_index" ? counters_.quarantined_ring_index : counters_.quarantined_ring_record);
+  } else {
+    return;
+  }
+  if (!log_limiter_.allow(now_ns)) {
+    ++counters_.log_lines_suppressed;
+    return;
+  }
+  const std::uint64_t suppressed = log_limiter_.suppressed_since_last();
+  if (suppressed != 0) spdlog::warn("{} similar messages about bad segments were suppressed", suppressed);
+  if (reason == "truncated" || reason == "bus_error") {
+    spdlog::error("segment {} (pid {}) quarantined ({}): its file shrank below its mapping; last good values "
+                  "kept, its memory is no longer read",
+                  s.name(), s.identity().pid, reason);
+  } else {
+    spdlog::error("segment {} (pid {}) quarantined ({}): ring indices or record lengths are inconsistent; last good "
+                  "values kept, ring no longer read",
+                  s.name(), s.identity().pid, reason);
   }
 }
 
@@ -66,7 +168,7 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
   for (const std::string& name : names) {
     const std::string path = options_.directory + "/" + name;
     struct stat st {};
-    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (lstat(path.c_str(), &st) != 0) continue;
     auto it = tracked_.find(name);
     if (it != tracked_.end()) {
       const Tracked& t = it->second;
@@ -77,8 +179,10 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
       if (!t.current && t.retired_inode == st.st_ino) continue;  // retired, file kept
     }
     auto rejected = rejected_.find(name);
-    if (rejected != rejected_.end() && rejected->second.inode == st.st_ino) continue;  // reported once already
-    open_generation(name, now_ns);
+    if (rejected != rejected_.end() && !rejected->second.recheck && rejected->second.same_file(st)) {
+      continue;  // unchanged since it was refused
+    }
+    open_generation(name, st, now_ns);
     auto now_it = tracked_.find(name);
     if (now_it != tracked_.end() && now_it->second.current && now_it->second.current->inode() == st.st_ino) {
       ++opened;
@@ -109,16 +213,39 @@ void SegmentRegistry::sweep_temporary(const std::string& name, std::uint64_t) {
   }
 }
 
-void SegmentRegistry::open_generation(const std::string& name, std::uint64_t now_ns) {
+void SegmentRegistry::open_generation(const std::string& name, const struct stat& listed, std::uint64_t now_ns) {
   const std::string path = options_.directory + "/" + name;
-  shm::OpenedSegment opened = shm::open_segment(path, /*consumer=*/true);
+  std::string message;
+  // Judged on lstat before anything is opened or mapped (a symlink is never followed), then again on the
+  // descriptor actually opened, so a file swapped in between is caught too.
+  if (std::string reason = distrust(listed, message); !reason.empty()) {
+    reject(name, listed, reason, message, now_ns);
+    return;
+  }
+  shm::OpenedSegment opened;
+  bool faulted = false;
+  {
+    // The file may be truncated between open_segment's fstat and its reads of the header.
+    BusGuard guard(nullptr, 0);
+    opened = shm::open_segment(path, /*consumer=*/true);
+    faulted = guard.faulted();
+  }
+  if (faulted) {
+    opened.file.reset();
+    reject(name, listed, "bus_error", "the file shrank while its header was being read", now_ns);
+    return;
+  }
   if (opened.reason == shm::RejectReason::kNotReady) return;  // a writer mid-creation: next scan
   if (opened.reason != shm::RejectReason::kNone) {
     struct stat st {};
-    const std::uint64_t inode = lstat(path.c_str(), &st) == 0 ? st.st_ino : 0;
-    rejected_[name] = Rejected{inode, opened.reason};
-    ++counters_.rejected_by_reason[static_cast<std::size_t>(opened.reason)];
-    spdlog::warn("rejected segment ({}): {}", shm::reject_reason_name(opened.reason), opened.message);
+    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed, std::string(shm::reject_reason_name(opened.reason)),
+           opened.message, now_ns);
+    return;
+  }
+  struct stat held {};
+  if (fstat(opened.file.fd(), &held) != 0) return;
+  if (std::string reason = distrust(held, message); !reason.empty()) {
+    reject(name, held, reason, message, now_ns);
     return;
   }
   rejected_.erase(name);
@@ -152,6 +279,7 @@ void SegmentRegistry::open_generation(const std::string& name, std::uint64_t now
   if (!t.pid_visible && start_ticks != 0 && segment->producer().closed) t.pid_visible = true;
   t.retired_inode = 0;
   segment->refresh_cumulative();
+  note_faults(*segment, now_ns);
   check_schema(*segment);
   t.current = std::move(segment);
 }
@@ -176,15 +304,9 @@ void SegmentRegistry::check_schema(RankSegment& segment) {
 
 std::uint64_t SegmentRegistry::drain_all(std::uint64_t now_ns) {
   std::uint64_t drained = 0;
-  auto drain_one = [&](RankSegment& s, const std::string& name) {
+  auto drain_one = [&](RankSegment& s, const std::string&) {
     const std::uint64_t before = s.records_drained();
-    const bool was_corrupt = s.ring_corrupt();
-    if (!s.drain(now_ns) && !was_corrupt) {
-      ++counters_.corrupt_rings;
-      spdlog::error("segment {}: ring indices or record lengths are inconsistent; quarantined (last good values "
-                    "kept, ring no longer read)",
-                    name);
-    }
+    if (!s.drain(now_ns)) note_faults(s, now_ns);
     drained += s.records_drained() - before;
   };
   for (auto& [name, t] : tracked_) {
@@ -214,6 +336,10 @@ RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::u
 int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseconds stall_after) {
   int changed = 0;
   auto check_one = [&](RankSegment& s, bool pid_visible, const std::string& name) {
+    // One fstat per generation and pass: a file shrunk below its mapping is quarantined before any read
+    // can fault on it (the bus guard covers the window in between).
+    s.check_file_size();
+    note_faults(s, now_ns);
     const RankState before = s.state();
     const RankState after = evaluate_liveness(s, pid_visible, now_ns, stall_after);
     s.apply_staleness(now_ns, kGenThroughputStaleNs);
@@ -222,6 +348,7 @@ int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseco
     if (!is_live(after)) {
       s.drain(now_ns);  // whatever the rank committed before it went away
       s.refresh_cumulative();
+      note_faults(s, now_ns);
     }
     s.set_state(after, now_ns);
     ++changed;
@@ -294,6 +421,7 @@ void SegmentRegistry::refresh_cumulative() {
     auto refresh = [this](RankSegment& s) {
       if (!is_live(s.state())) return;  // final values were read when it died
       s.refresh_cumulative();
+      note_faults(s, shm::monotonic_ns());
       check_schema(s);
     };
     if (t.current) refresh(*t.current);

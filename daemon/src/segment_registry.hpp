@@ -9,6 +9,8 @@
 // only from the daemon's io thread.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "log_limiter.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/reader.hpp"
 #include "retired_totals.hpp"
@@ -33,6 +36,17 @@ struct RegistryCounters {
   std::uint64_t temporaries_swept = 0;
   std::uint64_t corrupt_rings = 0;
   std::uint64_t scans = 0;
+  // Refused before anything was mapped (docs/reliability.md): not a regular file (a symlink, a FIFO),
+  // writable by others, owned by a user that is neither the daemon's, root, nor allowed.
+  std::uint64_t rejected_not_regular = 0;
+  std::uint64_t rejected_world_writable = 0;
+  std::uint64_t rejected_unexpected_owner = 0;
+  // Quarantined after it was opened: its last good values stay, its memory or ring is no longer read.
+  std::uint64_t quarantined_ring_index = 0;
+  std::uint64_t quarantined_ring_record = 0;
+  std::uint64_t quarantined_truncated = 0;
+  std::uint64_t quarantined_bus_error = 0;
+  std::uint64_t log_lines_suppressed = 0;
 };
 
 struct RegistryOptions {
@@ -40,6 +54,11 @@ struct RegistryOptions {
   std::vector<std::string> instances;  // empty: all
   std::string instance_label;          // composed into retired totals' labels as into live ones
   std::chrono::milliseconds dead_grace{std::chrono::minutes(5)};
+  // Trust: a segment must be a regular file owned by the daemon's uid, root, or one of these (unless
+  // any_owner), and not writable by others (unless allow_world_writable).
+  std::vector<std::uint32_t> allowed_uids;
+  bool any_owner = false;
+  bool allow_world_writable = false;
 };
 
 class SegmentRegistry {
@@ -60,6 +79,8 @@ class SegmentRegistry {
   void refresh_cumulative();
   void set_instances(std::vector<std::string> instances) { options_.instances = std::move(instances); }
   void set_dead_grace(std::chrono::milliseconds grace) { options_.dead_grace = grace; }
+  // New trust settings apply to segments opened from now on (and to rejected ones at the next scan).
+  void set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner, bool allow_world_writable);
 
   // Every generation the daemon holds, current ones first, in segment-name order.
   std::vector<const RankSegment*> generations() const;
@@ -80,13 +101,29 @@ class SegmentRegistry {
     bool pid_visible = true;  // false: the writer lives in another pid namespace; judge by heartbeat
     std::uint64_t retired_inode = 0;  // a retired generation whose file could not be unlinked
   };
+  // A refused file, remembered with what was refused: it is looked at again only when its inode, owner,
+  // mode, size or ctime change, and counted and logged again only when the inode or reason change.
   struct Rejected {
     std::uint64_t inode = 0;
-    shm::RejectReason reason = shm::RejectReason::kNone;
+    std::uint64_t device = 0;
+    std::uint32_t mode = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+    std::int64_t size = 0;
+    std::int64_t ctime_ns = 0;
+    std::string reason;
+    bool recheck = false;  // the trust settings changed: look again even if the file did not
+    bool same_file(const struct stat& st) const;
   };
 
   bool wanted(const std::string& instance) const;
-  void open_generation(const std::string& name, std::uint64_t now_ns);
+  // Empty if `st` may be opened; else the reject reason, with a message.
+  std::string distrust(const struct stat& st, std::string& message) const;
+  void reject(const std::string& name, const struct stat& st, const std::string& reason, const std::string& message,
+              std::uint64_t now_ns);
+  // Counts and logs (once per generation, rate-limited) a ring or memory fault found since the last call.
+  void note_faults(const RankSegment& segment, std::uint64_t now_ns);
+  void open_generation(const std::string& name, const struct stat& st, std::uint64_t now_ns);
   void sweep_temporary(const std::string& name, std::uint64_t now_ns);
   void check_schema(RankSegment& segment);
   bool retire(RankSegment& segment);
@@ -98,6 +135,7 @@ class SegmentRegistry {
   // Family -> (kind, gauge mode) as first registered; a disagreeing segment is rejected.
   std::map<std::string, std::pair<shm::SeriesKind, shm::GaugeMode>> schema_;
   RegistryCounters counters_;
+  LogLimiter log_limiter_{50, 1'000'000'000ull};
   // Generations found on disk that the retired totals already hold (skipped, never counted twice).
   std::set<RetiredTotals::GenerationKey> retired_skipped_;
   bool pruned_retired_generations_ = false;

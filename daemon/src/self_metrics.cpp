@@ -97,6 +97,20 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                static_cast<double>(c.rejected_by_reason[static_cast<std::size_t>(i)]));
   }
   add_sample(rejected, {{"reason", "schema_conflict"}}, static_cast<double>(c.schema_conflicts));
+  add_sample(rejected, {{"reason", "not_regular_file"}}, static_cast<double>(c.rejected_not_regular));
+  add_sample(rejected, {{"reason", "world_writable"}}, static_cast<double>(c.rejected_world_writable));
+  add_sample(rejected, {{"reason", "unexpected_owner"}}, static_cast<double>(c.rejected_unexpected_owner));
+  auto quarantined = make_family("rankstat_segments_quarantined_total",
+                                 "Segment generations whose memory or ring is no longer read (last good values kept), "
+                                 "by reason.",
+                                 MetricType::Counter);
+  add_sample(quarantined, {{"reason", "ring_index"}}, static_cast<double>(c.quarantined_ring_index));
+  add_sample(quarantined, {{"reason", "ring_record"}}, static_cast<double>(c.quarantined_ring_record));
+  add_sample(quarantined, {{"reason", "truncated"}}, static_cast<double>(c.quarantined_truncated));
+  add_sample(quarantined, {{"reason", "bus_error"}}, static_cast<double>(c.quarantined_bus_error));
+  auto suppressed = make_family("rankstat_log_messages_suppressed_total",
+                                "Log lines about bad segments dropped by the rate limit.", MetricType::Counter);
+  add_sample(suppressed, {}, static_cast<double>(c.log_lines_suppressed));
   auto lifecycle = make_family("rankstat_generation_events_total",
                                "Segment generation lifecycle events: replaced by a restarted rank, retired (totals "
                                "folded), unlinked, abandoned temporaries swept, rings quarantined.",
@@ -141,6 +155,9 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
   auto gaps = make_family("rankstat_ring_sequence_gaps_total",
                           "Records missing between two drained ones (should stay 0).", MetricType::Counter);
   auto info = make_family("rankstat_rank_info", "Identity of the rank's current generation.", MetricType::Gauge);
+  auto malformed = make_family("rankstat_ring_malformed_records_total",
+                               "Records of a known type too short or of an unknown version (skipped).",
+                               MetricType::Counter);
   for (const RankSegment* s : registry.current()) {
     const shm::SegmentHeader& h = s->identity();
     const shm::ProducerState p = s->producer();
@@ -161,6 +178,7 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(dropped, labels, static_cast<double>(p.dropped_records));
     add_sample(fill, labels, s->ring_fill_ratio());
     add_sample(gaps, labels, static_cast<double>(s->sequence_gaps()));
+    add_sample(malformed, labels, static_cast<double>(s->malformed_records()));
     Labels info_labels = labels;
     info_labels.push_back({"pid", std::to_string(h.pid)});
     info_labels.push_back({"model_name", h.model_name});
@@ -171,8 +189,9 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(segments, {{"state", std::string(rank_state_name(static_cast<RankState>(i)))}},
                by_state[static_cast<std::size_t>(i)]);
   }
-  for (auto* f : {&rejected, &lifecycle, &retired_series, &http_requests, &http_rejected, &http_bad, &http_active,
-                  &segments, &up, &heartbeat_only, &state, &heartbeat, &records, &dropped, &fill, &gaps, &info}) {
+  for (auto* f : {&rejected, &quarantined, &suppressed, &lifecycle, &retired_series, &http_requests, &http_rejected,
+                  &http_bad, &http_active, &segments, &up, &heartbeat_only, &state, &heartbeat, &records, &dropped,
+                  &fill, &gaps, &malformed, &info}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
   return out;

@@ -88,6 +88,20 @@ void rankstat_identity_init(rankstat_identity* identity);
  * failure *out is NULL and the code says why (RANKSTAT_ERR_NO_SPACE: retry later). */
 int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry, rankstat_reporter** out);
 
+/* Segment permissions for rankstat_open_ex; zero or NULL fields take the defaults. Set struct_size to
+ * sizeof(rankstat_permissions). */
+typedef struct rankstat_permissions {
+  uint32_t struct_size;
+  uint32_t mode;     /* 0660 (default: the daemon's group may write), 0640 or 0600; never world-writable */
+  const char* group; /* group name or numeric gid; NULL: $RANKSTAT_SHM_GROUP, else the process's group */
+} rankstat_permissions;
+
+/* rankstat_open with explicit segment permissions; `permissions` may be NULL (the defaults). A mode that
+ * lets others write, or a group the process cannot use, is RANKSTAT_ERR_INVALID_ARGUMENT or
+ * RANKSTAT_ERR_PERMISSION. */
+int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry* geometry,
+                     const rankstat_permissions* permissions, rankstat_reporter** out);
+
 /* Marks the segment closed (clean exit) and frees the reporter. NULL is fine. */
 void rankstat_close(rankstat_reporter* reporter);
 

@@ -38,7 +38,13 @@ struct ReporterOptions {
   shm::SegmentIdentity identity;
   std::string shm_dir;  // empty: $RANKSTAT_SHM_DIR, else /dev/shm
   shm::SegmentGeometry geometry;
+  // Segment file mode: 0660 when the daemon runs as another user in the segment's group (it writes
+  // `head`), 0640 or 0600 when it runs as this user. Bits for others may allow reading but never
+  // writing: a world-writable mode is refused (kInvalidArgument), and so is the daemon by default.
   std::uint32_t mode = 0660;
+  // Group given to the segment before it is published: a group name or a numeric gid; empty:
+  // $RANKSTAT_SHM_GROUP, else the process's own group. The process must be a member of it.
+  std::string group;
   bool unlink_on_close = false;  // by default the daemon retires closed segments after reading them
 };
 

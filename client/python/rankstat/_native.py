@@ -262,6 +262,9 @@ def candidate_paths() -> List[str]:
     # <repo>/client/python/rankstat -> <repo>
     repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     built = glob.glob(os.path.join(repo, "build", "*", "client", "librankstat.so"))
+    # A sanitizer build cannot be loaded into a plain interpreter (its runtime must come first): skip
+    # those unless named through RANKSTAT_LIBRARY. Otherwise the newest build wins.
+    built = [p for p in built if "san" not in os.path.basename(os.path.dirname(os.path.dirname(p)))]
     built.sort(key=lambda p: os.path.getmtime(p), reverse=True)
     out.extend(built)
     return out
@@ -330,6 +333,14 @@ def load_library() -> Tuple[ctypes.CDLL, Layout]:
             return lib, layout
         raise RankstatLibraryError(
             "librankstat.so not found (set RANKSTAT_LIBRARY to its path); tried: " + "; ".join(errors or ["nothing"]))
+
+
+def raw_function(lib: ctypes.CDLL, name: str):
+    """A second handle on a C function, returning int and without argtypes: call it with ctypes.c_void_p
+    objects for pointers and Python ints for uint32 arguments only (no per-call conversion)."""
+    fn = type(getattr(lib, name))((name, lib))
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def library_path() -> Optional[str]:

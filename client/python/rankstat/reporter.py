@@ -18,7 +18,7 @@ import os
 import struct
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import _native as n
 
@@ -79,6 +79,7 @@ class Reporter:
         self.identity_labels: Dict[str, str] = {}
         self._series: Dict[Tuple, int] = {}
         self._families: Dict[str, Any] = {}
+        self.registration_failures = 0  # series the segment had no room for (their updates are dropped)
         try:
             self._lib, self._layout = n.load_library()
         except n.RankstatError as e:
@@ -147,13 +148,15 @@ class Reporter:
             labels["dp_rank"] = str(dp_rank)
         labels.update({k: v for k, v in extra})
         self.identity_labels = labels
-        # Bound C entry points for the hot paths.
+        # Bound C entry points for the hot paths. The two that take only pointers and uint32s are called
+        # without argtypes, with pre-built c_void_p objects, which skips the per-call conversions.
         self._c_add = self._lib.rankstat_counter_add
         self._c_set = self._lib.rankstat_gauge_set
         self._c_observe = self._lib.rankstat_histogram_observe
         self._c_observe_many = self._lib.rankstat_histogram_observe_many
-        self._c_apply = self._lib.rankstat_apply_updates
-        self._c_report = self._lib.rankstat_report_scheduler
+        self._c_apply = n.raw_function(self._lib, "rankstat_apply_updates")
+        self._c_report = n.raw_function(self._lib, "rankstat_report_scheduler")
+        self._h = ctypes.c_void_p(self._handle)
         _live_reporters.add(self)
 
     # --- lifecycle -----------------------------------------------------------------------------------
@@ -239,7 +242,10 @@ class Reporter:
             else:
                 raise ValueError(f"unknown series kind {kind!r}")
         if rc != n.OK:
-            log.warning("rankstat: cannot register %s %s%s: %s", kind, family, dict(pairs), n.last_error(self._lib))
+            self.registration_failures += 1
+            if self.registration_failures <= 10 or self.registration_failures % 1000 == 0:
+                log.warning("rankstat: cannot register %s %s%s (%d failures so far): %s", kind, family, dict(pairs),
+                            self.registration_failures, n.last_error(self._lib))
             self._series[key] = _NO_ID
             return _NO_ID
         self._series[key] = out.value
@@ -278,24 +284,28 @@ class Reporter:
     def add(self, series: int, delta: float = 1.0) -> None:
         if series != _NO_ID and self._handle is not None:
             with self._lock:
-                self._c_add(self._handle, series, delta)
+                if self._handle is not None:
+                    self._c_add(self._handle, series, delta)
 
     def set(self, series: int, value: float) -> None:
         if series != _NO_ID and self._handle is not None:
             with self._lock:
-                self._c_set(self._handle, series, value)
+                if self._handle is not None:
+                    self._c_set(self._handle, series, value)
 
     def observe(self, series: int, value: float) -> None:
         if series != _NO_ID and self._handle is not None:
             with self._lock:
-                self._c_observe(self._handle, series, value)
+                if self._handle is not None:
+                    self._c_observe(self._handle, series, value)
 
     def observe_many(self, series: int, value: float, count: int, sum_delta: float) -> None:
         """`count` samples in the bucket of `value`, `sum_delta` added to the sum (SGLang's bulk ITL
         observe: value = interval / n, count = n, sum_delta = interval)."""
         if series != _NO_ID and self._handle is not None and count > 0:
             with self._lock:
-                self._c_observe_many(self._handle, series, value, count, sum_delta)
+                if self._handle is not None:
+                    self._c_observe_many(self._handle, series, value, count, sum_delta)
 
     def batch(self, capacity: int = 64) -> "UpdateBatch":
         return UpdateBatch(self, capacity)
@@ -303,11 +313,13 @@ class Reporter:
     def snapshot_packer(self) -> "SnapshotPacker":
         return SnapshotPacker(self)
 
-    def _report(self, snapshot_address: int, snapshot_bytes: int, entries_address: int, entries: int) -> int:
+    def _report(self, snapshot: ctypes.c_void_p, snapshot_bytes: int, entries: ctypes.c_void_p, count: int) -> int:
         if self._handle is None:
             return n.ERR_CLOSED
         with self._lock:
-            return self._c_report(self._handle, snapshot_address, snapshot_bytes, entries_address, entries)
+            if self._handle is None:
+                return n.ERR_CLOSED
+            return self._c_report(self._h, snapshot, snapshot_bytes, entries, count)
 
 
 class UpdateBatch:
@@ -320,7 +332,7 @@ class UpdateBatch:
         self._reporter = reporter
         self._capacity = capacity
         self._buffer = ctypes.create_string_buffer(_UPDATE.size * capacity)
-        self._address = ctypes.addressof(self._buffer)
+        self._address = ctypes.c_void_p(ctypes.addressof(self._buffer))
         self._count = 0
         self._pack = _UPDATE.pack_into
 
@@ -354,7 +366,8 @@ class UpdateBatch:
         r = self._reporter
         if count and r._handle is not None:
             with r._lock:
-                r._c_apply(r._handle, self._address, count, None)
+                if r._handle is not None:
+                    r._c_apply(r._h, self._address, count, None)
 
     def __enter__(self) -> "UpdateBatch":
         return self
@@ -409,7 +422,8 @@ class SnapshotPacker:
             index += count
         self._values: List[Any] = [0] * index
         self._scalar_slice = [self._position[f] for f in self.field_names]
-        contiguous = self._scalar_slice == list(range(self._scalar_slice[0], self._scalar_slice[0] + len(self.field_names)))
+        first = self._scalar_slice[0]
+        contiguous = self._scalar_slice == list(range(first, first + len(self.field_names)))
         self._scalar_start = self._scalar_slice[0] if contiguous else -1
         self._kind_at = self._position["report_kind"]
         self._count_at = self._position["priority_count"]
@@ -417,9 +431,9 @@ class SnapshotPacker:
         self._running_at = self._position["routing_key_running_req_counts"]
         self._all_at = self._position["routing_key_all_req_counts"]
         self._buffer = ctypes.create_string_buffer(layout.snapshot_bytes)
-        self._address = ctypes.addressof(self._buffer)
+        self._address = ctypes.c_void_p(ctypes.addressof(self._buffer))
         self._entries = ctypes.create_string_buffer(_ENTRY.size * self.max_entries)
-        self._entries_address = ctypes.addressof(self._entries)
+        self._entries_address = ctypes.c_void_p(ctypes.addressof(self._entries))
         self._entry_count = 0
         self._zero_bins = (0,) * self.routing_bins
 
@@ -641,4 +655,5 @@ def null_reporter() -> Reporter:
     r._series = {}
     r._families = {}
     r._lib = None
+    r.registration_failures = 0
     return r

@@ -64,7 +64,8 @@ ENV_BUCKET_EVICTION_DURATION = "SGLANG_BUCKET_EVICTION_DURATION"
 ENV_BUCKET_LOAD_BACK_DURATION = "SGLANG_BUCKET_LOAD_BACK_DURATION"
 
 
-def prefill_delayer_forward_passes_buckets(max_delay_passes: int, configured: Optional[Sequence[int]] = None) -> List[float]:
+def prefill_delayer_forward_passes_buckets(max_delay_passes: int,
+                                           configured: Optional[Sequence[int]] = None) -> List[float]:
     """The configured (or default) bounds below max_delay_passes, plus 0 (no delay) and max_delay - 1
     (to tell a timed-out wait apart)."""
     chosen = configured or PREFILL_DELAYER_FORWARD_PASSES_DEFAULT
@@ -197,7 +198,7 @@ _SCHEDULER_SERIES = [
     _c("num_bootstrap_failed_reqs_total", [], "increment_bootstrap_failed_reqs()", "pd"),
     _c("num_transfer_failed_reqs_total", [], "increment_transfer_failed_reqs()", "pd"),
     _c("num_prefill_retries_total", [], "increment_prefill_retries(count)", "pd"),
-    _c("kv_transfer_timeouts_total", ["stage"], "observe_kv_transfer_timeout(stage); bootstrap and transfer "
+    _c("kv_transfer_timeouts_total", ["stage"], "increment_kv_transfer_timeouts(stage); bootstrap and transfer "
        "pre-seeded at 0", "pd", base=NONE),
     _c("cuda_graph_passes_total", ["mode"], "increment_{decode,prefill}_cuda_graph_pass(value)"),
     _h("queue_time_seconds", [], QUEUE_TIME, "observe_queue_time(latency)"),
@@ -334,8 +335,8 @@ _TOKENIZER = [
     _h("inter_token_latency_seconds", [], INTER_TOKEN_LATENCY,
        "observe_inter_token_latency(interval, n): n samples of interval/n, sum += interval", "tokenizer", base=T,
        note="bucket_inter_token_latency overrides"),
-    _h("e2e_request_latency_seconds", ["is_streaming"], E2E_REQUEST_LATENCY, "observe_one_finished_request(e2e_latency)",
-       "tokenizer", base=T, note="bucket_e2e_request_latency overrides"),
+    _h("e2e_request_latency_seconds", ["is_streaming"], E2E_REQUEST_LATENCY,
+       "observe_one_finished_request(e2e_latency)", "tokenizer", base=T, note="bucket_e2e_request_latency overrides"),
     _h("request_time_per_output_token_seconds", [], TIME_PER_OUTPUT_TOKEN,
        "observe_time_per_output_token(value): decode latency / (completion_tokens - 1); none for 0 or 1 token "
        "or aborts", "tokenizer", base=T, note="article addition; buckets are ours (ITL's)"),

@@ -92,7 +92,8 @@ def cache_hit_rate(input_tokens: int, hit_tokens: int, reprocessed_input_tokens:
 
 
 def spec_accept(num_accept_tokens: float, num_forward_ct: float, num_correct_drafts: float,
-                speculative_num_draft_tokens: Optional[int], speculative_num_steps: Optional[int]) -> Tuple[float, float]:
+                speculative_num_draft_tokens: Optional[int],
+                speculative_num_steps: Optional[int]) -> Tuple[float, float]:
     """(spec_accept_length, spec_accept_rate) over one decode log window.
     accept_length = tokens produced per verify (accepted drafts plus the bonus token);
     accept_rate = accepted drafts / drafts proposed, drafts per round = num_draft_tokens - 1, or
@@ -100,7 +101,10 @@ def spec_accept(num_accept_tokens: float, num_forward_ct: float, num_correct_dra
     if num_forward_ct <= 0:
         return 0.0, 0.0
     accept_length = num_accept_tokens / num_forward_ct
-    draft_per_round = (speculative_num_draft_tokens - 1) if speculative_num_draft_tokens else (speculative_num_steps or 0)
+    if speculative_num_draft_tokens:
+        draft_per_round = speculative_num_draft_tokens - 1
+    else:
+        draft_per_round = speculative_num_steps or 0
     total_drafts = num_forward_ct * draft_per_round
     return accept_length, (num_correct_drafts / total_drafts if total_drafts > 0 else 0.0)
 

@@ -15,6 +15,7 @@ from ..reporter import Reporter
 _lock = threading.Lock()
 _segments: Dict[Tuple, Reporter] = {}
 _defaults: Dict[str, Any] = {}
+_last_scheduler: Optional[Reporter] = None
 
 SCHEDULER_BASE = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "dp_rank")
 TOKENIZER_BASE = ("model_name", "engine_type", "priority")
@@ -34,9 +35,17 @@ def configure(**options: Any) -> None:
     _defaults.update(options)
 
 
+def current_scheduler_segment() -> Optional[Reporter]:
+    """The scheduler segment this process opened last (collectors SGLang builds without labels use it)."""
+    r = _last_scheduler
+    return r if r is not None and r.is_open else None
+
+
 def reset() -> None:
     """Closes every shared segment and forgets configure() (for tests)."""
+    global _last_scheduler
     with _lock:
+        _last_scheduler = None
         for r in _segments.values():
             r.close()
         _segments.clear()
@@ -102,8 +111,9 @@ def scheduler_segment(labels: Mapping[str, Any], server_args: Any = None, **over
     ep_rank = _int(labels.get("moe_ep_rank"), 0)
     dp_rank = None if labels.get("dp_rank") in (None, "") else _int(labels.get("dp_rank"))
     instance = _option("instance", overrides, server_args, default=None)
+    rank_key = overrides.get("rank_key")
     key = ("scheduler", instance, str(labels.get("model_name", "")), str(labels.get("engine_type", "unified")),
-           tp_rank, pp_rank, ep_rank, dp_rank)
+           tp_rank, pp_rank, ep_rank, dp_rank, rank_key)
     with _lock:
         found = _segments.get(key)
         if found is not None and (found.is_open or found.error):
@@ -113,7 +123,7 @@ def scheduler_segment(labels: Mapping[str, Any], server_args: Any = None, **over
                                       False))
         extra = {k: v for k, v in labels.items() if k not in SCHEDULER_BASE}
         reporter = Reporter(
-            role="scheduler", instance=instance, model_name=str(labels.get("model_name", "")),
+            role="scheduler", instance=instance, rank_key=rank_key, model_name=str(labels.get("model_name", "")),
             engine_type=str(labels.get("engine_type", "unified")), tp_rank=tp_rank, pp_rank=pp_rank,
             dp_rank=dp_rank, moe_ep_rank=ep_rank, attn_tp_rank=attn_tp, attn_dp_rank=attn_dp, attn_cp_rank=attn_cp,
             tp_size=_int(_option("tp_size", overrides, server_args, "tp_size", 1), 1),
@@ -123,6 +133,8 @@ def scheduler_segment(labels: Mapping[str, Any], server_args: Any = None, **over
             extra_labels=extra, **_geometry(overrides, server_args))
         reporter.attention = (attn_tp, attn_dp, attn_cp)  # type: ignore[attr-defined]
         _segments[key] = reporter
+        global _last_scheduler
+        _last_scheduler = reporter
         return reporter
 
 

@@ -18,6 +18,16 @@ inline std::uint64_t monotonic_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+// CLOCK_MONOTONIC at timer-tick resolution (1-4 ms). Writers stamp records and heartbeats with it: it
+// costs a few nanoseconds where the precise clock costs tens on a VM, and it is the same clock, only
+// coarser, so readers compare it with monotonic_ns() directly. Ordering within a tick falls back to the
+// documented tie-break (newer generation, then segment name).
+inline std::uint64_t coarse_monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 inline std::uint64_t realtime_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);

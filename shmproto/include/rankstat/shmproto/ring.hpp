@@ -41,16 +41,17 @@ class RingWriter {
     head_cache_ = tail_;
   }
 
-  // Appends one record whose payload is `first` followed by `second` (either may be empty), behind a
-  // RecordHeader stamped with `timestamp_ns`. Two pieces let a fixed part and a variable tail be
-  // written without assembling them in a buffer first.
-  AppendStatus append(RecordType type, std::uint16_t type_version, std::span<const std::uint8_t> first,
-                      std::span<const std::uint8_t> second, std::uint64_t timestamp_ns) {
-    const std::uint64_t payload_bytes = std::uint64_t{first.size()} + second.size();
-    const std::uint64_t length = sizeof(RecordHeader) + payload_bytes;
+  // Zero-copy append, first half: reserves room for a record with `payload_bytes` of payload and returns
+  // where the payload goes, or nullptr when the record does not fit (counted as a drop) or is too large
+  // (counted as oversize); `status` says which. Nothing is visible to the consumer until commit(). The
+  // caller must call commit() before the next claim().
+  std::uint8_t* claim(RecordType type, std::uint16_t type_version, std::uint32_t payload_bytes,
+                      AppendStatus& status) {
+    const std::uint64_t length = sizeof(RecordHeader) + std::uint64_t{payload_bytes};
     if (length > max_record_bytes_) {
       shared(header_->oversize_records).store(++oversize_, std::memory_order_relaxed);
-      return AppendStatus::kOversize;
+      status = AppendStatus::kOversize;
+      return nullptr;
     }
     const std::uint64_t slot = align_up(length, kRecordAlignment);
     std::uint64_t index = tail_ & mask_;
@@ -62,37 +63,59 @@ class RingWriter {
       // head beyond tail, or more than a ring behind, can only be garbage: treat as full.
       if (head_cache_ > tail_ || tail_ - head_cache_ > ring_bytes_ || tail_ + required - head_cache_ > ring_bytes_) {
         shared(header_->dropped_records).store(++dropped_, std::memory_order_relaxed);
-        return AppendStatus::kFull;
+        status = AppendStatus::kFull;
+        return nullptr;
       }
     }
     if (padding != 0) {
+      // Unpublished until commit() moves tail past it together with the record.
       RecordHeader pad{};
       pad.length = static_cast<std::uint32_t>(to_end);
       pad.type = static_cast<std::uint16_t>(RecordType::kPadding);
-      pad.timestamp_ns = timestamp_ns;
       std::memcpy(ring_ + index, &pad, sizeof pad);
-      tail_ += to_end;
+      pending_position_ = tail_ + to_end;
       index = 0;
+    } else {
+      pending_position_ = tail_;
     }
-    RecordHeader record{};
-    record.length = static_cast<std::uint32_t>(length);
-    record.type = static_cast<std::uint16_t>(type);
-    record.type_version = type_version;
-    record.sequence = sequence_;
-    record.timestamp_ns = timestamp_ns;
-    std::memcpy(ring_ + index, &record, sizeof record);
-    if (!first.empty()) std::memcpy(ring_ + index + sizeof record, first.data(), first.size());
-    if (!second.empty()) std::memcpy(ring_ + index + sizeof record + first.size(), second.data(), second.size());
-    const std::uint64_t position = tail_;
-    tail_ += slot;
+    pending_index_ = index;
+    pending_header_ = RecordHeader{};
+    pending_header_.length = static_cast<std::uint32_t>(length);
+    pending_header_.type = static_cast<std::uint16_t>(type);
+    pending_header_.type_version = type_version;
+    pending_slot_ = slot;
+    status = AppendStatus::kOk;
+    return ring_ + index + sizeof(RecordHeader);
+  }
+
+  // Zero-copy append, second half: stamps the claimed record with its sequence number and
+  // `timestamp_ns` and publishes it (release store of tail).
+  void commit(std::uint64_t timestamp_ns) {
+    pending_header_.sequence = sequence_;
+    pending_header_.timestamp_ns = timestamp_ns;
+    std::memcpy(ring_ + pending_index_, &pending_header_, sizeof pending_header_);
+    tail_ = pending_position_ + pending_slot_;
     ++sequence_;
-    const auto type_slot = static_cast<std::uint16_t>(type);
-    if (type_slot < kMaxRecordTypes) {
-      shared(header_->latest_record_position[type_slot]).store(position + 1, std::memory_order_release);
+    if (pending_header_.type < kMaxRecordTypes) {
+      shared(header_->latest_record_position[pending_header_.type])
+          .store(pending_position_ + 1, std::memory_order_release);
     }
     shared(header_->tail).store(tail_, std::memory_order_release);
     shared(header_->records_written).store(sequence_, std::memory_order_relaxed);
     shared(header_->heartbeat_ns).store(timestamp_ns, std::memory_order_relaxed);
+  }
+
+  // Appends one record whose payload is `first` followed by `second` (either may be empty), behind a
+  // RecordHeader stamped with `timestamp_ns`.
+  AppendStatus append(RecordType type, std::uint16_t type_version, std::span<const std::uint8_t> first,
+                      std::span<const std::uint8_t> second, std::uint64_t timestamp_ns) {
+    AppendStatus status = AppendStatus::kOk;
+    std::uint8_t* payload =
+        claim(type, type_version, static_cast<std::uint32_t>(first.size() + second.size()), status);
+    if (payload == nullptr) return status;
+    if (!first.empty()) std::memcpy(payload, first.data(), first.size());
+    if (!second.empty()) std::memcpy(payload + first.size(), second.data(), second.size());
+    commit(timestamp_ns);
     return AppendStatus::kOk;
   }
 
@@ -116,6 +139,11 @@ class RingWriter {
   std::uint64_t sequence_ = 0;
   std::uint64_t dropped_ = 0;
   std::uint64_t oversize_ = 0;
+  // The record between claim() and commit().
+  RecordHeader pending_header_{};
+  std::uint64_t pending_index_ = 0;
+  std::uint64_t pending_position_ = 0;
+  std::uint64_t pending_slot_ = 0;
 };
 
 enum class DrainStatus : std::uint8_t {
@@ -149,7 +177,10 @@ class RingReader {
   DrainStats drain(OnRecord&& on_record, std::uint64_t max_bytes = ~0ull) {
     DrainStats stats;
     const std::uint64_t tail = shared(header_->tail).load(std::memory_order_acquire);
-    if (tail < head_ || tail - head_ > ring_bytes_) {
+    // Records start on 64-byte boundaries and padding runs exactly to the ring's end, so a consumed
+    // position is always aligned. An unaligned head (garbage read at attach) would put a record header
+    // across the end of the ring, and the copy below past the ring (found by tests/fuzz/fuzz_ring).
+    if (tail < head_ || tail - head_ > ring_bytes_ || head_ % kRecordAlignment != 0) {
       stats.status = DrainStatus::kCorruptIndex;
       return stats;
     }

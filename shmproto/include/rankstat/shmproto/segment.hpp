@@ -108,6 +108,9 @@ struct CreateOptions {
   std::string directory = "/dev/shm";
   std::uint32_t mode = 0660;  // the daemon writes `head`, so its group needs write access
   SegmentGeometry geometry;
+  // Group to give the segment before it is published (fchown); -1 keeps the creator's group. Done
+  // before the rename so a reader never sees the file with the wrong group.
+  std::int64_t group = -1;
 };
 
 enum class CreateError : std::uint8_t {
@@ -195,6 +198,12 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
     ::unlink(temporary.c_str());
     return fail(error, std::move(message));
   };
+  if (options.group >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(options.group)) != 0) {
+    const int e = errno;
+    return abandon(e == EPERM ? CreateError::kPermission : CreateError::kIo,
+                   "cannot give " + temporary + " group " + std::to_string(options.group) + ": " + errno_text(e) +
+                       " (a process may only choose a group it is a member of)");
+  }
   ::fchmod(fd, options.mode);  // the umask must not take away the daemon's group access
   const std::uint64_t total = g.total_bytes();
   if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {

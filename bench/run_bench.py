@@ -1,0 +1,563 @@
+#!/usr/bin/env python3
+"""rankstat side by side with Python prometheus_client multiprocess mode, in one run.
+
+    bench/run_bench.py --build build/release [--quick] [--json FILE]
+
+Runs every benchmark of bench/ one after the other (never two at once), next to the anchor
+(bench/anchor_multiprocess.py), and prints one table with ratios. These machines are shared and noisy:
+compare ratios measured in the same run, not absolute times across runs.
+
+  engine side   rankstat_bench_append (C++ Reporter append vs a bare ring, same run);
+                bench_python_report.py (the Python package; another engineer's, used when present);
+                the anchor's log_stats (one logged step: one gauge.labels(**labels).set per field)
+  scrape        rankstatd with N real writer processes (rankstat_bench_writer, 10 logged steps/s each,
+                SGLang's scheduler metric set), scraped by rankstat_bench_scrape 150 ms apart so that
+                every rank has logged a step between two scrapes; plain and with Accept-Encoding: gzip;
+                next to the anchor's fresh CollectorRegistry + MultiProcessCollector + generate_latest
+                (+ gzip.compress) over N rank processes' files
+  freshness     append-to-visible delay of a probe rank while 64 ranks log 100 steps/s
+  daemon cost   rankstatd CPU and RSS with 64 ranks logging 100 steps/s for 30 s, scraped every 5 s
+  ingest        records/s drained and applied by one daemon thread (rankstat_bench_ingest)
+
+Uses only the Python standard library (the anchor needs python3-prometheus-client).
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+METRIC_SET = os.path.join(HERE, "sglang_scheduler_set.tsv")
+PYTHON = sys.executable
+
+
+def log(message):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def run_json(argv, timeout, env=None):
+    """Runs a command that prints one JSON object (its last line of stdout) and returns it."""
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    return json.loads(lines[-1])
+
+
+def machine_description():
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = 0.0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_gib = int(line.split()[1]) / 1024 / 1024
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(), "mem_gib": round(mem_gib, 1),
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_avg_at_start": os.getloadavg()}
+
+
+class Daemon:
+    """rankstatd on an ephemeral loopback port, reading a private shm directory."""
+
+    def __init__(self, build, shm_dir, extra=()):
+        self.address_file = os.path.join(shm_dir, "..", os.path.basename(shm_dir) + ".address")
+        self.address_file = os.path.abspath(self.address_file)
+        if os.path.exists(self.address_file):
+            os.unlink(self.address_file)
+        self.log_path = self.address_file + ".log"
+        self.log_file = open(self.log_path, "w")
+        argv = [os.path.join(build, "daemon", "rankstatd"), f"--shm.dir={shm_dir}", "--web.listen-address=127.0.0.1:0",
+                f"--web.address-file={self.address_file}", "--log.level=warn", *extra]
+        self.process = subprocess.Popen(argv, stdout=self.log_file, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while not os.path.exists(self.address_file):
+            if self.process.poll() is not None or time.time() > deadline:
+                raise RuntimeError("rankstatd did not start: " + open(self.log_path).read()[-2000:])
+            time.sleep(0.02)
+        with open(self.address_file) as f:
+            self.address = f.read().strip()
+
+    def ranks(self):
+        with urllib.request.urlopen(f"http://{self.address}/api/v1/ranks", timeout=10) as response:
+            data = json.load(response)
+        ranks = data.get("ranks", data) if isinstance(data, dict) else data
+        return len(ranks)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+        for path in (self.address_file, self.log_path):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+class Writers:
+    """N simulated scheduler ranks: one rankstat_bench_writer process per rank (or `per_process` ranks as
+    threads of one process each, when asked)."""
+
+    def __init__(self, build, shm_dir, ranks, rate_hz, per_process=1):
+        env = dict(os.environ, RANKSTAT_SHM_DIR=shm_dir)
+        binary = os.path.join(build, "bench", "rankstat_bench_writer")
+        self.processes = []
+        for first in range(0, ranks, per_process):
+            count = min(per_process, ranks - first)
+            self.processes.append(subprocess.Popen(
+                [binary, "--metric-set", METRIC_SET, "--first-rank", str(first), "--ranks", str(count),
+                 "--rate-hz", str(rate_hz)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for p in self.processes:
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                self.stop()
+                raise RuntimeError(f"writer failed to start: {line} {p.stderr.read()[-1000:]}")
+
+    def stop(self):
+        for p in self.processes:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        dropped = 0
+        for p in self.processes:
+            try:
+                out, _ = p.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+            for token in (out or "").split():
+                if token.startswith("dropped="):
+                    dropped += int(token.split("=", 1)[1])
+        return dropped
+
+
+def fresh_dir(base, name):
+    path = os.path.join(base, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def wait_for_ranks(daemon, expected, timeout=30):
+    deadline = time.time() + timeout
+    seen = 0
+    while time.time() < deadline:
+        seen = daemon.ranks()
+        if seen >= expected:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"rankstatd sees {seen} of {expected} ranks")
+
+
+# ------------------------------------------------------------------------------------------------ parts
+
+
+def bench_engine(args):
+    out = {}
+    log("engine side: C++ append vs the bare ring (rankstat_bench_append)")
+    result = subprocess.run([os.path.join(args.build, "bench", "rankstat_bench_append"), "--benchmark_format=json",
+                             f"--benchmark_min_time={args.append_min_time}",
+                             f"--benchmark_repetitions={args.repetitions}"],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError("rankstat_bench_append failed: " + result.stderr[-2000:])
+    data = json.loads(result.stdout)
+    per = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        if "per_append" in b:  # seconds per append
+            ns = b["per_append"] * 1e9
+        elif "ns_per_append" in b:
+            ns = b["ns_per_append"]
+        else:
+            continue
+        per.setdefault(b["name"].replace("/manual_time", ""), []).append(ns)
+    out["append_ns"] = {name: median(values) for name, values in per.items()}
+    out["append_runs"] = per
+
+    log("engine side: the anchor's log_stats (anchor_multiprocess.py step)")
+    out["anchor_step"] = run_json([PYTHON, os.path.join(HERE, "anchor_multiprocess.py"), "step", "--iterations",
+                                   str(args.step_iterations), "--repeats", str(args.repetitions + 2)], timeout=600)
+
+    script = os.path.join(HERE, "bench_python_report.py")
+    if os.path.exists(script):
+        log("engine side: the Python package (bench_python_report.py)")
+        argv = [PYTHON, script] + (["--quick"] if args.quick else [])
+        env = dict(os.environ)
+        library = os.path.join(args.build, "client", "librankstat.so")
+        if os.path.exists(library):  # the library of the build being measured, not whichever is newest
+            env["RANKSTAT_LIBRARY"] = library
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
+        parsed = None
+        for line in reversed(result.stdout.splitlines()):
+            try:
+                parsed = json.loads(line)
+                break
+            except ValueError:
+                continue
+        out["python_report"] = {"returncode": result.returncode, "json": parsed, "library": env.get("RANKSTAT_LIBRARY"),
+                                "output": result.stdout[-4000:], "stderr": result.stderr[-2000:]}
+    else:
+        out["python_report"] = None
+    return out
+
+
+def bench_scrape(args, base):
+    rows = []
+    for ranks in args.sizes:
+        row = {"ranks": ranks}
+        per_process = 1
+        shm_dir = fresh_dir(base, f"scrape-{ranks}")
+        log(f"scrape: rankstatd with {ranks} writer process(es)")
+        daemon = Daemon(args.build, shm_dir)
+        writers = None
+        try:
+            try:
+                writers = Writers(args.build, shm_dir, ranks, 10, per_process)
+            except (OSError, RuntimeError) as error:  # the machine cannot hold this many processes
+                log(f"  {ranks} processes failed ({error}); falling back to 16 ranks per process as threads")
+                per_process = 16
+                writers = Writers(args.build, fresh_dir(base, f"scrape-{ranks}"), ranks, 10, per_process)
+            row["ranks_per_writer_process"] = per_process
+            wait_for_ranks(daemon, ranks)
+            time.sleep(0.5)
+            scrape = os.path.join(args.build, "bench", "rankstat_bench_scrape")
+            for mode in ("plain", "gzip"):
+                argv = [scrape, "latency", "--address", daemon.address, "--count", str(args.scrapes),
+                        "--interval-ms", "150"] + (["--gzip"] if mode == "gzip" else [])
+                row[f"rankstat_{mode}"] = run_json(argv, timeout=600)
+            row["writer_drops"] = writers.stop()
+            writers = None
+        finally:
+            if writers is not None:
+                writers.stop()
+            daemon.stop()
+            shutil.rmtree(shm_dir, ignore_errors=True)
+        log(f"scrape: anchor with {ranks} rank process(es)")
+        anchor_scrapes = max(2, min(args.scrapes, int(400 / max(ranks, 1)) + 2))
+        row["anchor"] = run_json([PYTHON, os.path.join(HERE, "anchor_multiprocess.py"), "--tmp", base, "scrape",
+                                  "--ranks", str(ranks), "--scrapes", str(anchor_scrapes), "--warmup", "1"],
+                                 timeout=1800)
+        rows.append(row)
+    return rows
+
+
+def proc_cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+
+
+def proc_rss_mib(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_daemon_cost(args, base, flags=(), freshness=True):
+    ranks = args.cost_ranks
+    shm_dir = fresh_dir(base, "cost")
+    log(f"daemon cost: {ranks} ranks at 100 Hz for {args.cost_seconds} s, scraped every {args.cost_scrape_s} s (gzip)"
+        f"{', rankstatd ' + ' '.join(flags) if flags else ''}")
+    daemon = Daemon(args.build, shm_dir, flags)
+    writers = None
+    out = {"ranks": ranks, "rate_hz": 100, "seconds": args.cost_seconds, "flags": list(flags)}
+    try:
+        writers = Writers(args.build, shm_dir, ranks, 100)
+        wait_for_ranks(daemon, ranks)
+        time.sleep(args.settle_seconds)
+        pid = daemon.process.pid
+        scrape = os.path.join(args.build, "bench", "rankstat_bench_scrape")
+        scrapes = max(1, int(args.cost_seconds // args.cost_scrape_s))
+        scraper = subprocess.Popen([scrape, "latency", "--address", daemon.address, "--count", str(scrapes),
+                                    "--interval-ms", str(int(args.cost_scrape_s * 1000)), "--gzip"],
+                                   stdout=subprocess.PIPE, text=True)
+        cpu0, t0 = proc_cpu_seconds(pid), time.monotonic()
+        rss = []
+        while time.monotonic() - t0 < args.cost_seconds:
+            time.sleep(min(1.0, args.cost_seconds))
+            rss.append(proc_rss_mib(pid))
+        cpu1, t1 = proc_cpu_seconds(pid), time.monotonic()
+        scraper.communicate(timeout=60)
+        out.update({"cpu_percent_of_core": 100 * (cpu1 - cpu0) / (t1 - t0), "rss_mib_max": max(rss),
+                    "rss_mib_hwm": proc_rss_mib(pid, "VmHWM"), "scrapes": scrapes,
+                    "scrape_every_s": args.cost_scrape_s})
+        if freshness:
+            log(f"freshness: probe rank next to {ranks} ranks at 100 Hz, back-to-back scrapes")
+            out["freshness"] = run_json([scrape, "freshness", "--address", daemon.address, "--seconds",
+                                         str(args.freshness_seconds)], timeout=600,
+                                        env=dict(os.environ, RANKSTAT_SHM_DIR=shm_dir))
+        out["writer_drops"] = writers.stop()
+        writers = None
+    finally:
+        if writers is not None:
+            writers.stop()
+        daemon.stop()
+        shutil.rmtree(shm_dir, ignore_errors=True)
+    return out
+
+
+def bench_freshness_small(args, base):
+    shm_dir = fresh_dir(base, "fresh1")
+    log("freshness: probe rank alone")
+    daemon = Daemon(args.build, shm_dir)
+    try:
+        return run_json([os.path.join(args.build, "bench", "rankstat_bench_scrape"), "freshness", "--address",
+                         daemon.address, "--seconds", str(args.freshness_seconds)], timeout=600,
+                        env=dict(os.environ, RANKSTAT_SHM_DIR=shm_dir))
+    finally:
+        daemon.stop()
+        shutil.rmtree(shm_dir, ignore_errors=True)
+
+
+def bench_ingest(args):
+    log("ingest: records/s drained by one daemon thread (rankstat_bench_ingest)")
+    return run_json([os.path.join(args.build, "bench", "rankstat_bench_ingest"), "--rounds",
+                     str(args.repetitions * 3)], timeout=600)
+
+
+def bench_breakdown(args):
+    log("scrape pipeline breakdown at 32 ranks (rankstat_bench_render)")
+    ranks = 32 if not args.quick else 2
+    return run_json([os.path.join(args.build, "bench", "rankstat_bench_render"), "--metric-set", METRIC_SET,
+                     "--ranks", str(ranks), "--rounds", str(max(3, args.scrapes))], timeout=600)
+
+
+# ------------------------------------------------------------------------------------------------ table
+
+
+def fmt(value, digits=3):
+    if value is None or value != value:
+        return "n/a"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def verdict(ok):
+    return "yes" if ok else "**no**"
+
+
+def make_table(results):
+    lines = ["| measurement | rankstat | anchor / limit | ratio | target | met |", "|---|---|---|---|---|---|"]
+    engine = results["engine"]
+    append = engine["append_ns"]
+    reporter = append.get("BM_ReporterAppendSchedulerSnapshot/daemon_like_consumer:1")
+    bare = append.get("BM_PhysicalLimitBareRing/daemon_like_consumer:1")
+    if reporter and bare:
+        lines.append(f"| C++ append of one scheduler snapshot (632 B record), daemon-like consumer, ns | {fmt(reporter)} | "
+                     f"bare ring {fmt(bare)} | {reporter / bare:.2f}x the limit | <= 2x | {verdict(reporter <= 2 * bare)} |")
+    full = append.get("BM_ReporterAppendSchedulerSnapshot/daemon_like_consumer:0")
+    bare_full = append.get("BM_PhysicalLimitBareRing/daemon_like_consumer:0")
+    if full and bare_full:
+        lines.append(f"| C++ append, daemon absent (ring full: counted drop), ns | {fmt(full)} | bare ring {fmt(bare_full)} | "
+                     f"{full / bare_full:.1f}x | - | - |")
+    clock = append.get("BM_ClockMonotonic")
+    if clock:
+        lines.append(f"| of which clock_gettime(CLOCK_MONOTONIC) for the record timestamp, ns | {fmt(clock)} | - | - | - | - |")
+    anchor_step = engine["anchor_step"]
+    step_us = anchor_step["log_stats_us_median"]
+    python = engine.get("python_report")
+    # bench_python_report.py (the Python package's benchmark) times both sides back to back itself, on the
+    # same stats: its pairs are the ratios that count. Its anchor sets every SchedulerStats gauge (48 plus
+    # the 22 routing-key bins); the anchor row below sets the 39 this metric set exports.
+    results_by_name = ((python or {}).get("json") or {}).get("results") or {}
+    if results_by_name:
+        for name, r in results_by_name.items():
+            ours, theirs = r.get("rankstat_us"), r.get("prometheus_client_us")
+            if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)):
+                continue
+            ratio = theirs / ours
+            report = "SchedulerStats report" in name
+            lines.append(f"| Python through the package (bench_python_report.py): {name}, us | {fmt(ours)} | "
+                         f"prometheus_client {fmt(theirs)} | {ratio:.1f}x faster | {'>= 20x' if report else '-'} | "
+                         f"{verdict(ratio >= 20) if report else '-'} |")
+    elif python:
+        lines.append(f"| Python, one full SchedulerStats report through the package, us | see its output below | anchor "
+                     f"log_stats {fmt(step_us)} | - | >= 20x | see below |")
+    else:
+        lines.append(f"| Python, one full SchedulerStats report through the package, us | pending (bench_python_report.py "
+                     f"not there yet) | anchor log_stats {fmt(step_us)} | pending | >= 20x | pending |")
+    lines.append(f"| anchor (anchor_multiprocess.py): one logged step of this metric set, {anchor_step['gauges_per_step']} x "
+                 f"gauge.labels(**labels).set(v), us | - | {fmt(step_us)} | - | - | - |")
+    lines.append(f"| anchor: Gauge.set alone / with .labels(), us | - | {fmt(anchor_step['gauge_set_us_median'])} / "
+                 f"{fmt(anchor_step['gauge_labels_set_us_median'])} | - | - | - |")
+
+    by_ranks = {}
+    for row in results["scrape"]:
+        n = row["ranks"]
+        threads = row.get("ranks_per_writer_process", 1)
+        label = f"{n} rank{'s' if n > 1 else ''}" + (f" ({threads} per process, as threads)" if threads > 1 else "")
+        anchor = row["anchor"]
+        for mode in ("plain", "gzip"):
+            ours = row[f"rankstat_{mode}"]
+            ms = median(ours["ms"])
+            theirs = median(anchor["plain_ms" if mode == "plain" else "gzip_ms"])
+            by_ranks.setdefault(mode, {})[n] = ms
+            target, ok = "-", None
+            if n == 32:
+                target, ok = ">= 50x", theirs / ms >= 50
+            if n == 256:
+                target, ok = "<= 20 ms", ms <= 20
+            lines.append(f"| scrape, {label}, {mode}: median ms (p90) | {fmt(ms)} ({fmt(percentile(ours['ms'], 90))}) | "
+                         f"{fmt(theirs)} | {theirs / ms:.0f}x faster | {target} | {'-' if ok is None else verdict(ok)} |")
+        plain = row["rankstat_plain"]
+        gz = row["rankstat_gzip"]
+        lines.append(f"| scrape, {label}: size text / gzip, KiB (sample lines) | {plain['text_bytes'] / 1024:,.0f} / "
+                     f"{gz['wire_bytes'] / 1024:,.0f} ({plain['sample_lines']:,}) | {anchor['text_bytes'] / 1024:,.0f} / "
+                     f"{anchor['gzip_bytes'] / 1024:,.0f} ({anchor['sample_lines']:,}) | "
+                     f"{anchor['gzip_bytes'] / gz['wire_bytes']:.1f}x smaller gzip | - | - |")
+    for mode in ("plain", "gzip"):
+        points = by_ranks.get(mode, {})
+        ns = sorted(points)
+        if len(ns) >= 2 and ns[0] < ns[-1]:
+            small = [n for n in ns if n >= 8] or ns
+            lo, hi = small[0], ns[-1]
+            growth = (points[hi] / points[lo]) / (hi / lo)
+            lines.append(f"| scrape cost growth {lo} -> {hi} ranks, {mode} (1.0 = linear) | {growth:.2f} | - | - | "
+                         f"<= 1 (linear or better) | {verdict(growth <= 1.15)} |")
+
+    cost = results.get("daemon_cost")
+    if cost:
+        fresh = cost["freshness"]["ms"]
+        p50, p99 = percentile(fresh, 50), percentile(fresh, 99)
+        lines.append(f"| freshness, append to visible in a scrape, {cost['ranks']} ranks at 100 Hz: p50 / p99 ms "
+                     f"({len(fresh)} values, {cost['freshness']['missed']} missed) | {fmt(p50)} / {fmt(p99)} | - | "
+                     f"{10 / p99:.1f}x under target | p99 <= 10 ms | {verdict(p99 <= 10)} |")
+        small = results.get("freshness_alone")
+        if small:
+            f1 = small["ms"]
+            lines.append(f"| freshness, probe rank alone: p50 / p99 ms | {fmt(percentile(f1, 50))} / {fmt(percentile(f1, 99))} "
+                         f"| - | - | p99 <= 10 ms | {verdict(percentile(f1, 99) <= 10)} |")
+        cpu = cost["cpu_percent_of_core"]
+        rss = cost["rss_mib_hwm"]
+        lines.append(f"| rankstatd CPU, {cost['ranks']} ranks x 100 Hz for {cost['seconds']:g} s, scraped every "
+                     f"{cost['scrape_every_s']:g} s, "
+                     f"% of a core | {fmt(cpu)} | - | {1 / cpu if cpu else float('inf'):.1f}x under target | <= 1 % | "
+                     f"{verdict(cpu <= 1)} |")
+        lines.append(f"| rankstatd RSS, same run, MiB (peak) | {fmt(rss)} | - | {64 / rss:.1f}x under target | <= 64 MiB | "
+                     f"{verdict(rss <= 64)} |")
+        slow = results.get("daemon_cost_poll50")
+        if slow:
+            cpu50 = slow["cpu_percent_of_core"]
+            lines.append(f"| rankstatd CPU, same load, with {' '.join(slow['flags'])} (default 2ms), % of a core | "
+                         f"{fmt(cpu50)} | - | {1 / cpu50 if cpu50 else float('inf'):.1f}x under target | <= 1 % | "
+                         f"{verdict(cpu50 <= 1)} |")
+        load = cost["ranks"] * 100
+    else:
+        load = 6400
+    ingest = results.get("ingest")
+    if ingest:
+        rate = median(ingest["records_per_second"])
+        lines.append(f"| ingest, records/s drained and applied by one daemon thread | {rate:,.0f} | load of 64 ranks x 100 Hz "
+                     f"= {load:,} | {rate / load:,.0f}x headroom | - | - |")
+    breakdown = results.get("breakdown")
+    if breakdown:
+        b = breakdown
+        lines.append(f"| scrape pipeline at {b['ranks']} ranks, in process, ms: aggregate + serialize + gzip, prometheus-cpp "
+                     f"path vs cached path | {fmt(b['cached_aggregate_ms'])} + {fmt(b['cached_render_ms'])} + "
+                     f"{fmt(b['cached_gzip_ms'])} | {fmt(b['reference_aggregate_ms'])} + "
+                     f"{fmt(b['reference_serialize_ms'])} + {fmt(b['reference_gzip_ms'])} | "
+                     f"{(b['reference_aggregate_ms'] + b['reference_serialize_ms'] + b['reference_gzip_ms']) / max(1e-9, b['cached_aggregate_ms'] + b['cached_render_ms'] + b['cached_gzip_ms']):.1f}x | - | - |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every part (CI)")
+    parser.add_argument("--json", help="also write every raw figure to this file")
+    parser.add_argument("--tmp", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
+    args = parser.parse_args()
+    args.build = os.path.abspath(args.build)
+    if args.quick:
+        args.sizes, args.scrapes, args.repetitions = [1, 2], 2, 1
+        args.append_min_time, args.step_iterations = 0.001, 50
+        args.cost_ranks, args.cost_seconds, args.freshness_seconds = 2, 1.0, 0.5
+        args.cost_scrape_s, args.settle_seconds = 0.5, 0.2
+    else:
+        args.sizes, args.scrapes, args.repetitions = [1, 8, 32, 64, 256], 15, 3
+        # Manual time counts only the timed bursts (~1 us per iteration) while each paced iteration also
+        # sleeps ~0.1 ms: 0.005 s of timed appends is ~5000 bursts and ~1 s of wall time per repetition.
+        args.append_min_time, args.step_iterations = 0.005, 2000
+        args.cost_ranks, args.cost_seconds, args.freshness_seconds = 64, 30.0, 10.0
+        args.cost_scrape_s, args.settle_seconds = 5.0, 2.0  # 5 s: SGLang's example Prometheus scrape_interval
+
+    base = os.path.join(args.tmp, f"rankstat-bench-{os.getpid()}")
+    os.makedirs(base, exist_ok=True)
+    started = time.time()
+    results = {"machine": machine_description(), "quick": args.quick}
+    try:
+        results["engine"] = bench_engine(args)
+        results["scrape"] = bench_scrape(args, base)
+        results["freshness_alone"] = bench_freshness_small(args, base)
+        results["daemon_cost"] = bench_daemon_cost(args, base)
+        # The same load with a slower ring poll (the default is 2 ms): what the poll loop itself costs.
+        results["daemon_cost_poll50"] = bench_daemon_cost(args, base, ["--shm.poll-interval=50ms"], freshness=False)
+        results["ingest"] = bench_ingest(args)
+        results["breakdown"] = bench_breakdown(args)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    results["seconds"] = time.time() - started
+    m = results["machine"]
+    table = make_table(results)
+    print(f"rankstat benchmarks side by side with prometheus_client multiprocess mode "
+          f"({'quick smoke run' if args.quick else 'full run'}, {results['seconds']:.0f} s)")
+    print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, {m['mem_gib']} GiB; {m['date']}; "
+          f"load average at start {m['load_avg_at_start'][0]:.2f}")
+    anchor_mode = results["engine"]["anchor_step"]["gauge_mode"]
+    print(f"anchor: prometheus_client {results['engine']['anchor_step']['prometheus_client']}, gauges in {anchor_mode} "
+          f"mode (mostrecent needs >= 0.18), SGLang scheduler metric set of bench/sglang_scheduler_set.tsv")
+    print()
+    print(table)
+    python = results["engine"].get("python_report")
+    if python and not (python.get("json") or {}).get("results"):
+        print()
+        print("bench_python_report.py output:")
+        print(python["output"].rstrip() or python["stderr"].rstrip())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

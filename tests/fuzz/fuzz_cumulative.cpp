@@ -1,0 +1,48 @@
+// The cumulative block over arbitrary bytes, as the daemon reads it: its geometry, every published
+// descriptor, every value. The block is a heap buffer of exactly the input's size, so AddressSanitizer
+// sees any read outside it.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fuzz_common.hpp"
+#include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/reader.hpp"
+
+namespace shm = rankstat::shm;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  // Label lists straight from the bytes: the decoder must stay inside them.
+  if (size != 0) {
+    std::vector<char> raw(data, data + size);
+    (void)shm::decode_label_pairs(raw.data(), raw.size());
+  }
+  if (size < sizeof(shm::CumulativeHeader)) return 0;
+  // 8-byte aligned, exactly `size` bytes long (rounded up to whole words, the rest poisoned).
+  auto words = std::make_unique<std::uint64_t[]>((size + 7) / 8);
+  auto* block = reinterpret_cast<std::uint8_t*>(words.get());
+  std::memcpy(block, data, size);
+  shm::CumulativeGeometry geometry{};
+  if (!shm::read_cumulative_geometry(block, size, geometry)) return 0;
+  RANKSTAT_FUZZ_EXPECT(geometry.values_offset() + std::uint64_t{geometry.values_capacity} * 8 <= size);
+  shm::CumulativeReader reader(shm::cumulative_region(block, geometry), geometry);
+  const std::uint32_t published = reader.published_series();
+  RANKSTAT_FUZZ_EXPECT(published <= geometry.series_capacity);
+  shm::SeriesValue value;
+  for (std::uint32_t i = 0; i < published && i < 4096; ++i) {
+    const auto info = reader.read_descriptor(i);
+    if (!info) continue;
+    RANKSTAT_FUZZ_EXPECT(shm::is_valid_metric_name(info->family));
+    RANKSTAT_FUZZ_EXPECT(
+        std::uint64_t{info->values_offset} +
+            shm::series_value_words(info->kind, static_cast<std::uint16_t>(info->bounds.size())) <=
+        geometry.values_capacity);
+    for (std::size_t b = 1; b < info->bounds.size(); ++b)
+      RANKSTAT_FUZZ_EXPECT(info->bounds[b] > info->bounds[b - 1]);
+    reader.read_value(*info, value);
+    if (info->kind == shm::SeriesKind::kHistogram && value.consistent) {
+      RANKSTAT_FUZZ_EXPECT(value.counts.size() == info->bounds.size() + 1);
+    }
+  }
+  return 0;
+}
