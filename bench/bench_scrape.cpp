@@ -5,11 +5,14 @@
 //   rankstat_bench_scrape latency   --address HOST:PORT --count K [--interval-ms I] [--gzip]
 //       K scrapes, I ms apart (so that every rank has reported between two scrapes when I exceeds the
 //       writers' period). Prints one JSON object: per-scrape milliseconds, wire and text bytes, sample lines.
-//   rankstat_bench_scrape freshness --address HOST:PORT --seconds S [--metric-set FILE]
+//   rankstat_bench_scrape freshness --address HOST:PORT --seconds S
 //       Opens a probe rank of its own in $RANKSTAT_SHM_DIR (tp_rank 99999) that publishes a snapshot with
-//       num_running_reqs = 1, 2, 3 ... at random moments 2-12 ms apart, while another thread scrapes back to
-//       back. Freshness of value k = end of the first scrape response that shows k (or later) minus the
-//       moment k was appended. Prints one JSON object with every delay in milliseconds.
+//       num_running_reqs = 1, 2, 3 ... at random moments 2-12 ms apart. Half the time, each append is
+//       followed by a scrape (gzip, as Prometheus asks): "direct" delay = end of the first response that
+//       shows the value minus the moment it was appended. The other half, another thread scrapes back to
+//       back (plain) and the delay of value k is the end of the first response showing k (or later) minus
+//       its append: it also includes waiting for the scrape in flight. Prints one JSON object with every
+//       delay in milliseconds.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,7 +25,6 @@
 #include <cctype>
 
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -226,28 +228,54 @@ int run_freshness(const std::string& address, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int> gap_us(2000, 12000);
+  std::int64_t value = 0;
+
+  // 1. Direct: append, then one scrape as Prometheus sends it (gzip); the delay is from the append to the
+  //    last byte of the first response that shows the value (decompressing and parsing are not timed).
+  std::vector<double> direct;
+  std::size_t late = 0;
+  const auto direct_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds / 2);
+  while (std::chrono::steady_clock::now() < direct_until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(gap_us(random)));
+    s.num_running_reqs = ++value;
+    const std::uint64_t t = rankstat::shm::monotonic_ns();
+    reporter.report_scheduler(s);
+    for (int attempt = 0;; ++attempt) {
+      bool gz = false;
+      const std::string& body = client.get("/metrics", true, gz);
+      const std::uint64_t end = rankstat::shm::monotonic_ns();
+      if (probe_value(gz ? gunzip(body) : body) >= value) {
+        direct.push_back(static_cast<double>(end - t) / 1e6);
+        break;
+      }
+      if (attempt == 0) ++late;  // not in the first scrape after the append
+      if (attempt > 1000) throw std::runtime_error("appended value never became visible");
+    }
+  }
+
+  // 2. Concurrent: another thread scrapes back to back (plain) while values are appended at random
+  //    moments; the delay also includes waiting for the scrape in flight at the append to finish.
   std::mutex mutex;
-  std::vector<std::uint64_t> appended_ns{0};           // appended_ns[k]: when value k was appended
+  std::vector<std::uint64_t> appended_ns;  // appended_ns[k - first]: when value k was appended
+  const std::int64_t first = value + 1;
   std::vector<std::pair<std::uint64_t, std::int64_t>> seen;  // (response end, value shown)
   std::atomic<bool> stop{false};
   std::thread scraper([&] {
     bool gz = false;
     while (!stop.load()) {
-      const std::string body = client.get("/metrics", false, gz);
+      const std::string& body = client.get("/metrics", false, gz);
       const std::uint64_t end = rankstat::shm::monotonic_ns();
-      const std::int64_t value = probe_value(body);
+      const std::int64_t shown = probe_value(body);
       std::lock_guard lock(mutex);
-      seen.emplace_back(end, value);
+      seen.emplace_back(end, shown);
     }
   });
-  std::mt19937 random(7);
-  std::uniform_int_distribution<int> gap_us(2000, 12000);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  std::int64_t value = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds / 2);
   while (std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::microseconds(gap_us(random)));
-    ++value;
-    s.num_running_reqs = value;
+    s.num_running_reqs = ++value;
     const std::uint64_t t = rankstat::shm::monotonic_ns();
     reporter.report_scheduler(s);
     std::lock_guard lock(mutex);
@@ -261,8 +289,8 @@ int run_freshness(const std::string& address, double seconds) {
   std::vector<double> delays;
   std::size_t missed = 0;
   std::size_t cursor = 0;
-  for (std::int64_t k = 1; k <= value; ++k) {
-    const std::uint64_t t = appended_ns[static_cast<std::size_t>(k)];
+  for (std::int64_t k = first; k <= value; ++k) {
+    const std::uint64_t t = appended_ns[static_cast<std::size_t>(k - first)];
     while (cursor < seen.size() && seen[cursor].first < t) ++cursor;
     std::size_t i = cursor;
     while (i < seen.size() && seen[i].second < k) ++i;
@@ -272,12 +300,11 @@ int run_freshness(const std::string& address, double seconds) {
     }
     delays.push_back(static_cast<double>(seen[i].first - t) / 1e6);
   }
-  if (std::getenv("RANKSTAT_BENCH_DEBUG") != nullptr) {
-    for (std::int64_t k = 1; k <= value; ++k) std::fprintf(stderr, "append %lld at %llu\n", static_cast<long long>(k), static_cast<unsigned long long>(appended_ns[static_cast<std::size_t>(k)]));
-    for (const auto& [t, v] : seen) std::fprintf(stderr, "seen %lld at %llu\n", static_cast<long long>(v), static_cast<unsigned long long>(t));
-  }
-  std::printf("{\"appends\":%lld,\"scrapes\":%zu,\"missed\":%zu,\"ms\":[", static_cast<long long>(value), seen.size(),
-              missed);
+  std::printf("{\"direct_late\":%zu,\"direct_ms\":[", late);
+  for (std::size_t i = 0; i < direct.size(); ++i) std::printf("%s%.4f", i ? "," : "", direct[i]);
+  std::printf("],");
+  std::printf("\"appends\":%lld,\"scrapes\":%zu,\"missed\":%zu,\"ms\":[", static_cast<long long>(value - first + 1),
+              seen.size(), missed);
   for (std::size_t i = 0; i < delays.size(); ++i) std::printf("%s%.4f", i ? "," : "", delays[i]);
   std::printf("]}\n");
   return 0;
