@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "rankstat/reporter.hpp"
-#include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/reader.hpp"
 
 namespace {
@@ -111,13 +110,6 @@ void BM_ReporterAppendSchedulerSnapshot(benchmark::State& state) {
 // timed budget small to bound the run.
 BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(1)->ArgName("daemon_like_consumer")->UseManualTime()->MinTime(0.02);
 BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(0)->ArgName("daemon_like_consumer")->UseManualTime();
-
-// What the record timestamp costs by itself: one clock_gettime(CLOCK_MONOTONIC), as the Reporter reads it
-// for every append (on a VM this is far from free). Timed like the appends, in bursts of kBurst.
-void BM_ClockMonotonic(benchmark::State& state) {
-  run_paced(state, false, [] { benchmark::DoNotOptimize(shm::monotonic_ns()); });
-}
-BENCHMARK(BM_ClockMonotonic)->UseManualTime();
 
 // The timing floor: a burst of kBurst empty calls between the two clock reads of run_paced. Every
 // per_append figure includes it (about 2 clock reads / kBurst).

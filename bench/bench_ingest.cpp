@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
       options.identity.flags = rankstat::shm::kFlagPriorityScheduling;
       options.geometry.ring_bytes = static_cast<std::uint64_t>(ring_mib) << 20;
       auto reporter = std::make_unique<rankstat::Reporter>();
-      if (reporter->open(options) != rankstat::Status::kOk) throw std::runtime_error(reporter->error_message());
+      if (reporter->open(options) != rankstat::Status::kOk)
+        throw std::runtime_error(reporter->error_message());
       reporters.push_back(std::move(reporter));
     }
     rankstat::RetiredTotals retired("");
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
         drained += n;
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (drained != appended) throw std::runtime_error("drained " + std::to_string(drained) + " of " + std::to_string(appended));
+      if (drained != appended)
+        throw std::runtime_error("drained " + std::to_string(drained) + " of " + std::to_string(appended));
       std::printf("%s%.0f", round ? "," : "", static_cast<double>(drained) / seconds);
     }
     std::printf("]}\n");

@@ -95,7 +95,8 @@ class SimulatedRank {
           status = reporter_.register_histogram(row.family, labels, row.buckets, id);
         }
         if (status != Status::kOk) {
-          throw std::runtime_error("registering " + row.family + " failed: " + std::string(status_name(status)));
+          throw std::runtime_error("registering " + row.family +
+                                   " failed: " + std::string(status_name(status)));
         }
         Series s{row.kind, row.source, id, row.buckets.empty() ? 1.0 : row.buckets.back()};
         if (row.kind == "gauge" && row.source == "constant") {

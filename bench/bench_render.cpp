@@ -24,8 +24,8 @@
 #include "aggregation.hpp"
 #include "bench_metric_set.hpp"
 #include "http/gzip.hpp"
-#include "retired_totals.hpp"
 #include "rankstat/shmproto/process.hpp"
+#include "retired_totals.hpp"
 #include "segment_registry.hpp"
 #include "text_exposition.hpp"
 
@@ -33,7 +33,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -71,8 +73,10 @@ int main(int argc, char** argv) {
       options.identity.flags = rankstat::shm::kFlagAllSchedulersMetrics;
       options.geometry.ring_bytes = 64 * 1024;
       auto reporter = std::make_unique<rankstat::Reporter>();
-      if (reporter->open(options) != rankstat::Status::kOk) throw std::runtime_error(reporter->error_message());
-      simulated.push_back(std::make_unique<rankstat::bench::SimulatedRank>(*reporter, rows, static_cast<std::uint32_t>(r)));
+      if (reporter->open(options) != rankstat::Status::kOk)
+        throw std::runtime_error(reporter->error_message());
+      simulated.push_back(
+          std::make_unique<rankstat::bench::SimulatedRank>(*reporter, rows, static_cast<std::uint32_t>(r)));
       reporters.push_back(std::move(reporter));
     }
     rankstat::RetiredTotals retired("");
@@ -121,7 +125,8 @@ int main(int argc, char** argv) {
       persistent.render(body, &ends);
       const auto t6 = Clock::now();
       const std::size_t body_bytes = body.size();
-      if (!skip_reference && body != text) throw std::runtime_error("cached exposition differs from prometheus-cpp's");
+      if (!skip_reference && body != text)
+        throw std::runtime_error("cached exposition differs from prometheus-cpp's");
       const auto t6b = Clock::now();
       const auto chunked_gz = chunked.compress(ends);
       const auto t7 = Clock::now();
@@ -137,8 +142,10 @@ int main(int argc, char** argv) {
       gzip_bytes = gz.size();
       chunked_gzip_bytes = chunked_gz->size();
     }
-    std::printf("{\"ranks\":%d,\"gzip_engine\":\"%s\",\"text_bytes\":%zu,\"gzip_bytes\":%zu,\"chunked_gzip_bytes\":%zu",
-                ranks, std::string(chunked.engine()).c_str(), text_bytes, gzip_bytes, chunked_gzip_bytes);
+    std::printf(
+        "{\"ranks\":%d,\"gzip_engine\":\"%s\",\"text_bytes\":%zu,\"gzip_bytes\":%zu,\"chunked_gzip_bytes\":%"
+        "zu",
+        ranks, std::string(chunked.engine()).c_str(), text_bytes, gzip_bytes, chunked_gzip_bytes);
     for (const auto& [name, values] : stages) std::printf(",\"%s_ms\":%.4f", name.c_str(), median(values));
     std::printf("}\n");
   } catch (const std::exception& e) {

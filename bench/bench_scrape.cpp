@@ -69,7 +69,8 @@ class Client {
 
   // One GET; returns the body as sent (gzip when asked and the server compressed it).
   const std::string& get(const std::string& target, bool gzip, bool& gzip_encoded) {
-    std::string request = "GET " + target + " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: rankstat-bench\r\n"
+    std::string request = "GET " + target +
+                          " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: rankstat-bench\r\n"
                           "Accept: text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n";
     if (gzip) request += "Accept-Encoding: gzip\r\n";
     request += "\r\n";
@@ -83,7 +84,8 @@ class Client {
     while ((head_end = pending_.find("\r\n\r\n")) == std::string::npos) receive(pending_, 64 * 1024);
     const std::string head = pending_.substr(0, head_end + 2);
     const std::string lower = to_lower(head);
-    if (lower.compare(0, 12, "http/1.1 200") != 0) throw std::runtime_error("unexpected response: " + head.substr(0, 40));
+    if (lower.compare(0, 12, "http/1.1 200") != 0)
+      throw std::runtime_error("unexpected response: " + head.substr(0, 40));
     const std::size_t length_at = lower.find("\r\ncontent-length:");
     if (length_at == std::string::npos) throw std::runtime_error("response without Content-Length");
     const std::size_t length = std::stoull(head.substr(length_at + 17));
@@ -175,8 +177,9 @@ int run_latency(const std::string& address, int count, int interval_ms, bool gzi
   }
   // Checked after the timed scrapes: the last body must be a valid gzip member holding the text.
   const std::string text = encoded ? gunzip(last) : last;
-  std::printf("{\"gzip\":%s,\"encoded\":%s,\"wire_bytes\":%zu,\"text_bytes\":%zu,\"sample_lines\":%zu,\"ms\":[",
-              gzip ? "true" : "false", encoded ? "true" : "false", wire_bytes, text.size(), sample_lines(text));
+  std::printf(
+      "{\"gzip\":%s,\"encoded\":%s,\"wire_bytes\":%zu,\"text_bytes\":%zu,\"sample_lines\":%zu,\"ms\":[",
+      gzip ? "true" : "false", encoded ? "true" : "false", wire_bytes, text.size(), sample_lines(text));
   for (std::size_t i = 0; i < samples.size(); ++i) std::printf("%s%.4f", i ? "," : "", samples[i]);
   std::printf("]}\n");
   return 0;
@@ -303,8 +306,8 @@ int run_freshness(const std::string& address, double seconds) {
   std::printf("{\"direct_late\":%zu,\"direct_ms\":[", late);
   for (std::size_t i = 0; i < direct.size(); ++i) std::printf("%s%.4f", i ? "," : "", direct[i]);
   std::printf("],");
-  std::printf("\"appends\":%lld,\"scrapes\":%zu,\"missed\":%zu,\"ms\":[", static_cast<long long>(value - first + 1),
-              seen.size(), missed);
+  std::printf("\"appends\":%lld,\"scrapes\":%zu,\"missed\":%zu,\"ms\":[",
+              static_cast<long long>(value - first + 1), seen.size(), missed);
   for (std::size_t i = 0; i < delays.size(); ++i) std::printf("%s%.4f", i ? "," : "", delays[i]);
   std::printf("]}\n");
   return 0;

@@ -20,7 +20,9 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +79,8 @@ int main(int argc, char** argv) {
     }
     std::unique_ptr<rankstat::bench::SimulatedRank> simulated;
     try {
-      simulated = std::make_unique<rankstat::bench::SimulatedRank>(reporter, rows, static_cast<std::uint32_t>(rank));
+      simulated =
+          std::make_unique<rankstat::bench::SimulatedRank>(reporter, rows, static_cast<std::uint32_t>(rank));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
       failed.fetch_add(1);
@@ -89,10 +92,12 @@ int main(int argc, char** argv) {
     ready.fetch_add(1);
     // Spread the ranks over the period so that their steps do not all land at once.
     const auto period = std::chrono::duration<double>(rate_hz > 0 ? 1.0 / rate_hz : 0.5);
-    auto next = std::chrono::steady_clock::now() +
-                std::chrono::duration_cast<std::chrono::steady_clock::duration>(period * ((rank % 97) / 97.0));
+    auto next =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(period * ((rank % 97) / 97.0));
     while (!g_stop.load(std::memory_order_relaxed)) {
-      if (seconds > 0 && std::chrono::steady_clock::now() - started >= std::chrono::duration<double>(seconds)) break;
+      if (seconds > 0 && std::chrono::steady_clock::now() - started >= std::chrono::duration<double>(seconds))
+        break;
       std::this_thread::sleep_until(next);
       next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(period);
       if (rate_hz > 0) {

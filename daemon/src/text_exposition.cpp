@@ -214,7 +214,9 @@ struct ChunkedGzip::Stream {
   }
 };
 
-ChunkedGzip::ChunkedGzip(int level) : stream_(std::make_unique<Stream>()), level_(level) { set_level(level); }
+ChunkedGzip::ChunkedGzip(int level) : stream_(std::make_unique<Stream>()), level_(level) {
+  set_level(level);
+}
 
 ChunkedGzip::~ChunkedGzip() = default;
 
@@ -226,7 +228,9 @@ bool ChunkedGzip::use_isal() const {
 #endif
 }
 
-std::string_view ChunkedGzip::engine() const { return use_isal() ? "isa-l" : "zlib"; }
+std::string_view ChunkedGzip::engine() const {
+  return use_isal() ? "isa-l" : "zlib";
+}
 
 void ChunkedGzip::set_level(int level) {
   if (stream_->initialised && level == level_) return;
@@ -316,7 +320,7 @@ std::string& ChunkedGzip::next_body() {
 }
 
 std::shared_ptr<const std::string> ChunkedGzip::compress(std::string_view body,
-                                                          const std::vector<std::size_t>& chunk_ends) {
+                                                         const std::vector<std::size_t>& chunk_ends) {
   next_body().assign(body);
   return compress(chunk_ends);
 }
@@ -389,7 +393,8 @@ std::shared_ptr<const std::string> ChunkedGzip::compress(const std::vector<std::
   out->push_back('\x00');
   const auto crc32_value = static_cast<std::uint32_t>(crc);
   const auto isize = static_cast<std::uint32_t>(length & 0xffffffffu);
-  for (int shift = 0; shift < 32; shift += 8) out->push_back(static_cast<char>((crc32_value >> shift) & 0xff));
+  for (int shift = 0; shift < 32; shift += 8)
+    out->push_back(static_cast<char>((crc32_value >> shift) & 0xff));
   for (int shift = 0; shift < 32; shift += 8) out->push_back(static_cast<char>((isize >> shift) & 0xff));
   spare_ = std::const_pointer_cast<std::string>(std::move(last_));
   last_ = out;

@@ -33,7 +33,8 @@ void append_count(std::string& out, std::uint64_t value);
 // A label value with \ " and newline escaped.
 void append_label_value(std::string& out, std::string_view value);
 // "# HELP ..." (if help is non-empty) and "# TYPE ..." lines.
-void append_family_header(std::string& out, std::string_view name, std::string_view help, prometheus::MetricType type);
+void append_family_header(std::string& out, std::string_view name, std::string_view help,
+                          prometheus::MetricType type);
 // A sample's head: name, suffix, labels (and one extra label whose value is already formatted text),
 // then the space before the value: `name_suffix{a="x",le="0.5"} `.
 void append_head(std::string& out, std::string_view name, std::string_view suffix,
@@ -75,7 +76,8 @@ class ChunkedGzip {
   // deflater fails.
   std::shared_ptr<const std::string> compress(const std::vector<std::size_t>& chunk_ends);
   // The same for a body held elsewhere (copied into next_body() first).
-  std::shared_ptr<const std::string> compress(std::string_view body, const std::vector<std::size_t>& chunk_ends);
+  std::shared_ptr<const std::string> compress(std::string_view body,
+                                              const std::vector<std::size_t>& chunk_ends);
 
   void set_level(int level);
   int level() const { return level_; }

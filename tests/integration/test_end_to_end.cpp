@@ -183,8 +183,9 @@ TEST_CASE("killing the daemon never disturbs a writer and counters never go back
 
 TEST_CASE("a segment with another layout major is rejected, logged with both versions, and counted") {
   TempDir shm;
-  auto writer = start_writer(shm, {"--tp=0", "--running=1"}, "/dev/null");
-  REQUIRE(wait_until([&] { return shm.list().size() == 1; }, 10s));
+  WriterProcess writer(shm.path(), {"--tp=0", "--running=1"});
+  REQUIRE(writer.wait_ready());  // published: renamed from its temporary name, magic written
+  REQUIRE(shm.list().size() == 1);
   // Forge a second segment from a copy of the real one with the major bumped.
   const std::string source = shm.path() + "/" + shm.list().front();
   const std::string forged = shm.path() + "/rankstat.forged.scheduler.tp9-pp0-ep0";
@@ -210,8 +211,7 @@ TEST_CASE("a segment with another layout major is rejected, logged with both ver
   INFO(log);
   CHECK(log.find("2.0 (layout hash") != std::string::npos);
   CHECK(log.find("incompatible with this reader's 1.0") != std::string::npos);
-  writer->signal(SIGTERM);
-  CHECK(writer->wait_for(10s) == 0);
+  CHECK(writer.stop() == 0);
 }
 
 TEST_CASE("the example engine's exposition is accepted by promtool") {

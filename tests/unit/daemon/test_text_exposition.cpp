@@ -78,9 +78,11 @@ std::vector<double> special_values() {
 
 TEST_CASE("serialize equals prometheus-cpp for every metric type, escaping and special value") {
   std::vector<MetricFamily> families;
-  MetricFamily gauge{"sglang:gauge", "Help with \"quotes\" and a backslash \\ kept as is.", MetricType::Gauge, {}};
+  MetricFamily gauge{
+      "sglang:gauge", "Help with \"quotes\" and a backslash \\ kept as is.", MetricType::Gauge, {}};
   for (const double v : special_values()) {
-    ClientMetric m = with_labels({{"model_name", "a\"b\\c\nd"}, {"empty", ""}, {"utf8", "\xc3\xa9t\xc3\xa9"}});
+    ClientMetric m =
+        with_labels({{"model_name", "a\"b\\c\nd"}, {"empty", ""}, {"utf8", "\xc3\xa9t\xc3\xa9"}});
     m.gauge.value = v;
     gauge.metric.push_back(m);
   }
@@ -160,7 +162,8 @@ TEST_CASE("values format exactly as prometheus-cpp's for random doubles of every
             2e16 * static_cast<double>(i % 3);
         break;
       default:
-        v = std::ldexp(std::uniform_real_distribution<double>(0.5, 1)(random), static_cast<int>(random() % 200) - 100);
+        v = std::ldexp(std::uniform_real_distribution<double>(0.5, 1)(random),
+                       static_cast<int>(random() % 200) - 100);
         break;
     }
     m.gauge.value = v;
@@ -186,10 +189,10 @@ Contributor contributor(std::uint32_t pid, bool live, std::uint64_t created_ns, 
 // One round of varied contributions, driven by `random`; `slots` (may be null) as collect_engine_metrics
 // uses them.
 void contribute_round(FamilySet& set, std::mt19937& random, FamilySet::SegmentSlots* slots) {
-  static const shm::GaugeMode kModes[] = {shm::GaugeMode::kAll,    shm::GaugeMode::kLiveAll,
-                                          shm::GaugeMode::kSum,    shm::GaugeMode::kLiveSum,
-                                          shm::GaugeMode::kMin,    shm::GaugeMode::kLiveMin,
-                                          shm::GaugeMode::kMax,    shm::GaugeMode::kLiveMax,
+  static const shm::GaugeMode kModes[] = {shm::GaugeMode::kAll,        shm::GaugeMode::kLiveAll,
+                                          shm::GaugeMode::kSum,        shm::GaugeMode::kLiveSum,
+                                          shm::GaugeMode::kMin,        shm::GaugeMode::kLiveMin,
+                                          shm::GaugeMode::kMax,        shm::GaugeMode::kLiveMax,
                                           shm::GaugeMode::kMostRecent, shm::GaugeMode::kLiveMostRecent};
   std::uniform_int_distribution<int> coin(0, 3);
   std::uniform_real_distribution<double> value(-100, 100);
@@ -204,8 +207,9 @@ void contribute_round(FamilySet& set, std::mt19937& random, FamilySet::SegmentSl
     std::size_t next_slot = static_cast<std::size_t>(segment) * 32;
     const std::string name = "seg" + std::to_string(segment);
     const bool live = segment != 3 || coin(random) != 0;
-    const Contributor from = contributor(100 + static_cast<std::uint32_t>(segment), live,
-                                         static_cast<std::uint64_t>(segment), name, segment == 2 ? "other" : "main");
+    const Contributor from =
+        contributor(100 + static_cast<std::uint32_t>(segment), live, static_cast<std::uint64_t>(segment),
+                    name, segment == 2 ? "other" : "main");
     const Labels base{{"model_name", "m\"x"}, {"tp_rank", std::to_string(segment % 2)}};
     for (std::size_t m = 0; m < std::size(kModes); ++m) {
       FamilySet::Slot* gauge_slot = slot(next_slot++);
@@ -214,18 +218,19 @@ void contribute_round(FamilySet& set, std::mt19937& random, FamilySet::SegmentSl
                     static_cast<std::uint64_t>(coin(random)), from, gauge_slot);
     }
     // A family whose mode differs between contributors in some rounds: a conflict.
-    set.add_gauge("mixed", "mixed", coin(random) == 0 ? shm::GaugeMode::kSum : shm::GaugeMode::kMax, {}, 1, 1, from,
-                  slot(next_slot++));
+    set.add_gauge("mixed", "mixed", coin(random) == 0 ? shm::GaugeMode::kSum : shm::GaugeMode::kMax, {}, 1, 1,
+                  from, slot(next_slot++));
     set.add_counter("c_total", "counter", base, std::round(value(random)), from, slot(next_slot++));
     FamilySet::Slot* other_counter = slot(next_slot++);
     if (coin(random) != 0) set.add_counter("c_total", "counter", {{"mode", "x"}}, 1.5, from, other_counter);
-    const std::vector<double> bounds = coin(random) == 0 ? std::vector<double>{1, 2} : std::vector<double>{0.5, 1, 5};
+    const std::vector<double> bounds =
+        coin(random) == 0 ? std::vector<double>{1, 2} : std::vector<double>{0.5, 1, 5};
     std::vector<std::uint64_t> counts(bounds.size() + 1);
     for (auto& c : counts) c = static_cast<std::uint64_t>(coin(random));
     set.add_histogram("h_seconds", "histogram", base, bounds, counts, value(random), from, slot(next_slot++));
     // Summaries travel as histograms without bounds (this family is one in the catalog).
-    set.add_histogram("sglang:eplb_balancedness", "balancedness", base, {}, {static_cast<std::uint64_t>(segment)},
-                      0.5, from, slot(next_slot++));
+    set.add_histogram("sglang:eplb_balancedness", "balancedness", base, {},
+                      {static_cast<std::uint64_t>(segment)}, 0.5, from, slot(next_slot++));
     // A bad histogram (counts not matching bounds) still takes part in the type check.
     set.add_histogram("h_bad", "bad", base, {1}, {1}, 1, from, slot(next_slot++));
     FamilySet::Slot* bad_counter = slot(next_slot++);
@@ -285,12 +290,15 @@ void open_rank(Rank& rank, const std::string& dir, int dp_rank, bool priorities)
   options.identity.extra_labels = {{"cluster", "eu \"west\"\\1"}};
   options.geometry.ring_bytes = 64 * 1024;
   REQUIRE(rank.reporter.open(options) == Status::kOk);
-  REQUIRE(rank.reporter.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, rank.counter) ==
-          Status::kOk);
+  REQUIRE(rank.reporter.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}},
+                                         rank.counter) == Status::kOk);
   const double bounds[] = {0.1, 0.5, 1};
-  REQUIRE(rank.reporter.register_histogram("sglang:queue_time_seconds", {}, bounds, rank.histogram) == Status::kOk);
-  REQUIRE(rank.reporter.register_gauge("sglang:test_all", shm::GaugeMode::kAll, {}, rank.gauge_all) == Status::kOk);
-  REQUIRE(rank.reporter.register_gauge("sglang:test_sum", shm::GaugeMode::kSum, {}, rank.gauge_sum) == Status::kOk);
+  REQUIRE(rank.reporter.register_histogram("sglang:queue_time_seconds", {}, bounds, rank.histogram) ==
+          Status::kOk);
+  REQUIRE(rank.reporter.register_gauge("sglang:test_all", shm::GaugeMode::kAll, {}, rank.gauge_all) ==
+          Status::kOk);
+  REQUIRE(rank.reporter.register_gauge("sglang:test_sum", shm::GaugeMode::kSum, {}, rank.gauge_sum) ==
+          Status::kOk);
   // Exported without identity labels: every rank adds into the same series.
   REQUIRE(rank.reporter.register_counter("sglang:kv_transfer_timeouts_total", {{"stage", "bootstrap"}},
                                          rank.timeouts) == Status::kOk);
@@ -298,7 +306,8 @@ void open_rank(Rank& rank, const std::string& dir, int dp_rank, bool priorities)
 
 void report(Rank& rank, int round, int dp_rank) {
   shm::SchedulerSnapshot s{};
-  s.report_kind = static_cast<std::uint32_t>(round % 3 == 0 ? shm::ReportKind::kPrefill : shm::ReportKind::kDecode);
+  s.report_kind =
+      static_cast<std::uint32_t>(round % 3 == 0 ? shm::ReportKind::kPrefill : shm::ReportKind::kDecode);
   s.groups = (round % 2 == 0 ? shm::kGroupSpeculative : 0) | (round % 4 == 1 ? shm::kGroupRoutingKeys : 0);
   s.num_running_reqs = round + dp_rank;
   s.token_usage = 0.01 * round;
@@ -319,7 +328,8 @@ void report(Rank& rank, int round, int dp_rank) {
 
 }  // namespace
 
-TEST_CASE("FamilySet::render over real segments equals prometheus-cpp while ranks, series and states change") {
+TEST_CASE(
+    "FamilySet::render over real segments equals prometheus-cpp while ranks, series and states change") {
   testkit::TempDir dir;
   std::vector<std::unique_ptr<Rank>> ranks;
   RetiredTotals retired("");
@@ -335,8 +345,8 @@ TEST_CASE("FamilySet::render over real segments equals prometheus-cpp while rank
     }
     if (round == 9) {
       std::uint32_t late = 0;  // a series registered late
-      REQUIRE(ranks[0]->reporter.register_counter("sglang:num_requests_total", {{"is_streaming", "true"}}, late) ==
-              Status::kOk);
+      REQUIRE(ranks[0]->reporter.register_counter("sglang:num_requests_total", {{"is_streaming", "true"}},
+                                                  late) == Status::kOk);
       REQUIRE(ranks[0]->reporter.counter_add(late, 2) == Status::kOk);
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
