@@ -1,6 +1,7 @@
 #include "aggregation.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <cstring>
 #include <iterator>
@@ -296,6 +297,19 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
   return out;
 }
 
+namespace {
+
+// `value`, unless it is below `last` by no more than floating-point rounding: then `last`. Updates
+// `last`. A genuine decrease (larger than rounding) is exported as it is.
+double without_rounding_regress(double value, double& last) {
+  const double tolerance = 1e-9 * std::max(1.0, std::fabs(last));
+  if (value < last && last - value <= tolerance) return last;
+  last = value;
+  return value;
+}
+
+}  // namespace
+
 void FamilySet::render_series(std::string& out, const std::string& name, MetricType type, Series& s) {
   // The heads depend on the name, labels, output type and (histograms) the bounds only: rendered once.
   const bool histogram = type == MetricType::Histogram;
@@ -334,9 +348,13 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
   };
   switch (type) {
     case MetricType::Gauge:
-    case MetricType::Counter:
       put_head();
       exposition::append_value(out, s.value);
+      out.push_back('\n');
+      break;
+    case MetricType::Counter:
+      put_head();
+      exposition::append_value(out, without_rounding_regress(s.value, s.exported_total));
       out.push_back('\n');
       break;
     case MetricType::Summary: {
@@ -346,7 +364,7 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
       exposition::append_count(out, count);
       out.push_back('\n');
       put_head();
-      exposition::append_value(out, s.sum);
+      exposition::append_value(out, without_rounding_regress(s.sum, s.exported_sum));
       out.push_back('\n');
       break;
     }
@@ -357,7 +375,7 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
       exposition::append_count(out, total);
       out.push_back('\n');
       put_head();
-      exposition::append_value(out, s.sum);
+      exposition::append_value(out, without_rounding_regress(s.sum, s.exported_sum));
       out.push_back('\n');
       std::uint64_t cumulative = 0;
       for (const std::uint64_t c : s.counts) {

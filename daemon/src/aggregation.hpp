@@ -101,6 +101,11 @@ class FamilySet {
     std::vector<double> bounds;
     std::vector<std::uint64_t> counts;
     double sum = 0;
+    // render(): the last exported counter value / histogram sum. Summing the same totals in another
+    // order (a generation replaced or retired) can lower a fractional total by an ulp; Prometheus
+    // would read that as a counter reset, so such a rounding step back is not exported.
+    double exported_total = 0;
+    double exported_sum = 0;
     // render(): the sample heads (name, labels, le), concatenated, for the type and bounds below.
     int head_type = -1;
     std::vector<double> head_bounds;

@@ -175,3 +175,18 @@ TEST_CASE("only the stats-logging rank exports unless all-schedulers mode is on"
   h.attn_tp_rank = 3;
   CHECK(rankstat::exports_engine_metrics(h));
 }
+
+TEST_CASE("a counter total that only rounding lowers is not exported lower, a real drop is") {
+  FamilySet set;
+  std::string first;
+  set.add_counter("c_total", "h", {}, 0.1 + 0.2);  // 0.30000000000000004
+  set.render(first);
+  std::string second;
+  set.add_counter("c_total", "h", {}, 0.3);  // the same total summed in another order
+  set.render(second);
+  CHECK(second == first);
+  std::string third;
+  set.add_counter("c_total", "h", {}, 0.1);
+  set.render(third);
+  CHECK(third.find("c_total 0.1\n") != std::string::npos);
+}
