@@ -20,8 +20,9 @@ namespace {
 using namespace rankstat;
 
 std::string bench_dir() {
-  const std::string dir = (std::filesystem::exists("/dev/shm") ? std::string("/dev/shm") : std::string("/tmp")) +
-                          "/rankstat-bench-" + std::to_string(getpid());
+  const std::string dir =
+      (std::filesystem::exists("/dev/shm") ? std::string("/dev/shm") : std::string("/tmp")) +
+      "/rankstat-bench-" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -66,8 +67,9 @@ void run_paced(benchmark::State& state, bool pace, Append&& append) {
     if (pace) std::this_thread::sleep_for(std::chrono::microseconds(10));
   }
   // Seconds per append, shown with an SI prefix (e.g. "55.1n" = 55.1 ns).
-  state.counters["per_append"] = benchmark::Counter(static_cast<double>(state.iterations() * kBurst),
-                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_append"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kBurst),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 shm::SchedulerSnapshot sample_snapshot() {
@@ -94,11 +96,13 @@ void BM_ReporterAppendSchedulerSnapshot(benchmark::State& state) {
     return;
   }
   std::unique_ptr<DaemonLikeConsumer> consumer;
-  if (with_consumer) consumer = std::make_unique<DaemonLikeConsumer>(reporter.path(), std::chrono::milliseconds(1));
+  if (with_consumer)
+    consumer = std::make_unique<DaemonLikeConsumer>(reporter.path(), std::chrono::milliseconds(1));
   const shm::SchedulerSnapshot snapshot = sample_snapshot();
   const shm::PriorityCount priorities[] = {{0, 0, 0, 0, 40}, {1, 0, 0, 0, 8}};
   std::uint64_t dropped_before = reporter.dropped_records();
-  run_paced(state, with_consumer, [&] { benchmark::DoNotOptimize(reporter.report_scheduler(snapshot, priorities)); });
+  run_paced(state, with_consumer,
+            [&] { benchmark::DoNotOptimize(reporter.report_scheduler(snapshot, priorities)); });
   state.counters["record_bytes"] =
       static_cast<double>(sizeof(shm::RecordHeader) + sizeof snapshot + sizeof priorities);
   state.counters["dropped"] = static_cast<double>(reporter.dropped_records() - dropped_before);
@@ -108,7 +112,11 @@ void BM_ReporterAppendSchedulerSnapshot(benchmark::State& state) {
 }
 // Paced runs sleep between bursts, so wall time is far above the timed (manual) time: keep the
 // timed budget small to bound the run.
-BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(1)->ArgName("daemon_like_consumer")->UseManualTime()->MinTime(0.02);
+BENCHMARK(BM_ReporterAppendSchedulerSnapshot)
+    ->Arg(1)
+    ->ArgName("daemon_like_consumer")
+    ->UseManualTime()
+    ->MinTime(0.02);
 BENCHMARK(BM_ReporterAppendSchedulerSnapshot)->Arg(0)->ArgName("daemon_like_consumer")->UseManualTime();
 
 // The timing floor: a burst of kBurst empty calls between the two clock reads of run_paced. Every

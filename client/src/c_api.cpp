@@ -70,7 +70,8 @@ static_assert(RANKSTAT_GROUP_DISAGGREGATION == rankstat::shm::kGroupDisaggregati
 static_assert(RANKSTAT_GROUP_ROUTING_KEYS == rankstat::shm::kGroupRoutingKeys);
 static_assert(RANKSTAT_QUEUE_RUNNING == static_cast<int>(rankstat::shm::QueueId::kRunning));
 static_assert(RANKSTAT_QUEUE_WAITING == static_cast<int>(rankstat::shm::QueueId::kWaiting));
-static_assert(RANKSTAT_QUEUE_PREFILL_BOOTSTRAP == static_cast<int>(rankstat::shm::QueueId::kPrefillBootstrap));
+static_assert(RANKSTAT_QUEUE_PREFILL_BOOTSTRAP ==
+              static_cast<int>(rankstat::shm::QueueId::kPrefillBootstrap));
 static_assert(RANKSTAT_QUEUE_PREFILL_INFLIGHT == static_cast<int>(rankstat::shm::QueueId::kPrefillInflight));
 static_assert(RANKSTAT_QUEUE_DECODE_PREALLOC == static_cast<int>(rankstat::shm::QueueId::kDecodePrealloc));
 static_assert(RANKSTAT_QUEUE_DECODE_TRANSFER == static_cast<int>(rankstat::shm::QueueId::kDecodeTransfer));
@@ -218,9 +219,10 @@ int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry*
                            " is smaller than sizeof(rankstat_geometry) " + std::to_string(kGeometryV1Bytes));
     }
     if (permissions != nullptr && permissions->struct_size < kPermissionsV1Bytes) {
-      return fail_with(Status::kInvalidArgument,
-                       "rankstat_open_ex: permissions->struct_size " + std::to_string(permissions->struct_size) +
-                           " is smaller than sizeof(rankstat_permissions) " + std::to_string(kPermissionsV1Bytes));
+      return fail_with(Status::kInvalidArgument, "rankstat_open_ex: permissions->struct_size " +
+                                                     std::to_string(permissions->struct_size) +
+                                                     " is smaller than sizeof(rankstat_permissions) " +
+                                                     std::to_string(kPermissionsV1Bytes));
     }
     if (identity->role < RANKSTAT_ROLE_SCHEDULER || identity->role > RANKSTAT_ROLE_OTHER) {
       return fail_with(Status::kInvalidArgument, "rankstat_open: unknown role " +
@@ -487,7 +489,8 @@ int rankstat_scheduler_aux_field(uint32_t index, const char** name, uint32_t* of
 
 int rankstat_routing_key_bounds(const double** bounds, uint32_t* count) {
   if (bounds != nullptr) *bounds = rankstat::shm::kRoutingKeyBucketBounds;
-  if (count != nullptr) *count = static_cast<std::uint32_t>(std::size(rankstat::shm::kRoutingKeyBucketBounds));
+  if (count != nullptr)
+    *count = static_cast<std::uint32_t>(std::size(rankstat::shm::kRoutingKeyBucketBounds));
   return RANKSTAT_OK;
 }
 
@@ -536,9 +539,10 @@ int rankstat_apply_updates(rankstat_reporter* reporter, const rankstat_update* u
     }
     if (applied != nullptr) *applied = done;
     if (first_failure != Status::kOk) {
-      return fail(first_failure, first_failure == Status::kInvalidArgument
-                                     ? "rankstat_apply_updates: an entry had an unknown op, a bad id or a bad value"
-                                     : nullptr);
+      return fail(first_failure,
+                  first_failure == Status::kInvalidArgument
+                      ? "rankstat_apply_updates: an entry had an unknown op, a bad id or a bad value"
+                      : nullptr);
     }
     return RANKSTAT_OK;
   } catch (...) {

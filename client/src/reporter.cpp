@@ -2,8 +2,8 @@
 
 #include <grp.h>
 
-#include <cstdlib>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -63,7 +63,8 @@ std::int64_t resolve_group(const std::string& group) {
   struct group entry {};
   struct group* found = nullptr;
   std::vector<char> buffer(16384);
-  if (getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return -1;
+  if (getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr)
+    return -1;
   return static_cast<std::int64_t>(found->gr_gid);
 }
 
@@ -145,8 +146,9 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
       return Status::kInvalidArgument;
     }
     if ((options.mode & ~0666u) != 0 || (options.mode & 0002u) != 0 || (options.mode & 0600u) != 0600u) {
-      error_ = "segment mode must give its owner read and write, others never write, and no execute or "
-               "special bits (0660, 0640 or 0600)";
+      error_ =
+          "segment mode must give its owner read and write, others never write, and no execute or "
+          "special bits (0660, 0640 or 0600)";
       return Status::kInvalidArgument;
     }
     shm::CreateOptions create;
@@ -220,8 +222,8 @@ Status Reporter::append_record(shm::RecordType type, std::uint16_t type_version,
   // A record typed as padding would make the consumer skip to the end of the ring and report corruption.
   if (type == shm::RecordType::kPadding) return Status::kInvalidArgument;
   shm::AppendStatus appended = shm::AppendStatus::kOk;
-  std::uint8_t* payload = ring_.claim(type, type_version, static_cast<std::uint32_t>(first.size() + second.size()),
-                                      appended);
+  std::uint8_t* payload =
+      ring_.claim(type, type_version, static_cast<std::uint32_t>(first.size() + second.size()), appended);
   if (payload == nullptr) return status_from_append(appended);
   if (!first.empty()) std::memcpy(payload, first.data(), first.size());
   if (!second.empty()) std::memcpy(payload + first.size(), second.data(), second.size());

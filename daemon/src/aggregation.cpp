@@ -1,15 +1,15 @@
 #include "aggregation.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <iterator>
 #include <limits>
 
 #include "engine_catalog.hpp"
-#include "text_exposition.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
+#include "text_exposition.hpp"
 
 namespace rankstat {
 namespace {
@@ -29,7 +29,9 @@ bool is_live_only(shm::GaugeMode mode) {
   }
 }
 
-bool is_per_process(shm::GaugeMode mode) { return mode == shm::GaugeMode::kAll || mode == shm::GaugeMode::kLiveAll; }
+bool is_per_process(shm::GaugeMode mode) {
+  return mode == shm::GaugeMode::kAll || mode == shm::GaugeMode::kLiveAll;
+}
 
 // A unique, order-preserving key for a label set (\x1f and \x1e never appear in names; values may
 // contain them only in pathological cases, which then at worst merge two series). `pid` non-empty adds
@@ -43,7 +45,9 @@ void label_key(std::string& key, const Labels& labels, std::string_view pid) {
   if (!pid.empty()) key.append("pid\x1f").append(pid).push_back('\x1e');
 }
 
-std::string format_priority(const SeenPriority& p) { return p.is_none ? "None" : std::to_string(p.priority); }
+std::string format_priority(const SeenPriority& p) {
+  return p.is_none ? "None" : std::to_string(p.priority);
+}
 
 // Replaces or appends `name`'s value: a series label overrides an identity label of the same name
 // (e.g. priority="3" over the identity's priority="").
@@ -118,9 +122,10 @@ FamilySet::Series* FamilySet::touch_series(Series& s, bool fresh, const Contribu
   return &s;
 }
 
-FamilySet::Series* FamilySet::resolve(Slot* slot, std::uint64_t tag, const std::string& name, std::string_view help,
-                                      MetricType type, shm::GaugeMode mode, const Labels& labels,
-                                      std::string_view pid_label, const Contributor& from, bool& inserted) {
+FamilySet::Series* FamilySet::resolve(Slot* slot, std::uint64_t tag, const std::string& name,
+                                      std::string_view help, MetricType type, shm::GaugeMode mode,
+                                      const Labels& labels, std::string_view pid_label,
+                                      const Contributor& from, bool& inserted) {
   if (slot != nullptr && slot_valid(*slot, tag)) {
     if (touch_family(*slot->family_, false, help, type, mode, true) == nullptr) return nullptr;
     return touch_series(*slot->series_, false, from, inserted);
@@ -141,15 +146,17 @@ FamilySet::SegmentSlots& FamilySet::slots(std::string_view segment_name, std::ui
                                           std::string_view instance_label) {
   auto it = slots_.find(std::make_tuple(segment_name, generation, instance_label));
   if (it == slots_.end()) {
-    it = slots_.try_emplace(std::make_tuple(std::string(segment_name), generation, std::string(instance_label))).first;
+    it = slots_
+             .try_emplace(std::make_tuple(std::string(segment_name), generation, std::string(instance_label)))
+             .first;
   }
   it->second.round = round_;
   return it->second;
 }
 
 void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::GaugeMode mode,
-                          const Labels& labels, double value, std::uint64_t timestamp_ns, const Contributor& from,
-                          Slot* slot, std::uint64_t tag) {
+                          const Labels& labels, double value, std::uint64_t timestamp_ns,
+                          const Contributor& from, Slot* slot, std::uint64_t tag) {
   if (is_live_only(mode) && !from.live) return;
   char pid_text[16] = {};
   std::string_view pid_label;
@@ -204,10 +211,11 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
   }
 }
 
-void FamilySet::add_counter(const std::string& name, std::string_view help, const Labels& labels, double value,
-                            const Contributor& from, Slot* slot, std::uint64_t tag) {
+void FamilySet::add_counter(const std::string& name, std::string_view help, const Labels& labels,
+                            double value, const Contributor& from, Slot* slot, std::uint64_t tag) {
   bool inserted = false;
-  Series* s = resolve(slot, tag, name, help, MetricType::Counter, shm::GaugeMode::kSum, labels, {}, from, inserted);
+  Series* s =
+      resolve(slot, tag, name, help, MetricType::Counter, shm::GaugeMode::kSum, labels, {}, from, inserted);
   if (s == nullptr) return;
   s->value += value;
   s->has_value = true;
@@ -476,7 +484,9 @@ shm::GaugeMode snapshot_field_mode(std::string_view field) {
 
 namespace {
 
-std::string_view queue_field_name(std::uint8_t queue) { return shm::kQueueTotalField[queue]; }
+std::string_view queue_field_name(std::uint8_t queue) {
+  return shm::kQueueTotalField[queue];
+}
 
 // SGLang's routing-key GaugeHistograms: a mostrecent gauge per bin with gt/le labels ("gt < count <= le",
 // bounds printed as SGLang prints its integer bounds), sent in the snapshot as per-bin key counts.
@@ -486,8 +496,9 @@ void collect_routing_key_bins(const SchedulerView& view, const Labels& base, con
   const auto bound_text = [](std::size_t i) {
     if (i >= std::size(shm::kRoutingKeyBucketBounds)) return std::string("+Inf");
     const double b = shm::kRoutingKeyBucketBounds[i];
-    return b == static_cast<double>(static_cast<std::int64_t>(b)) ? std::to_string(static_cast<std::int64_t>(b))
-                                                                  : std::to_string(b);
+    return b == static_cast<double>(static_cast<std::int64_t>(b))
+               ? std::to_string(static_cast<std::int64_t>(b))
+               : std::to_string(b);
   };
   const struct {
     const char* family;
@@ -548,7 +559,8 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
       std::int64_t count = 0;
       for (const shm::PriorityCount& e : view.priorities) {
         const bool none = (e.flags & shm::kPriorityIsNone) != 0;
-        if (e.queue == seen.queue && none == seen.is_none && (none || e.priority == seen.priority)) count += e.count;
+        if (e.queue == seen.queue && none == seen.is_none && (none || e.priority == seen.priority))
+          count += e.count;
       }
       // The slot remembers which priority it held: the set of seen priorities only grows, but in order.
       const std::uint64_t tag = (std::uint64_t{1} << 63) | (std::uint64_t{field_index} << 48) |
@@ -614,8 +626,8 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
     from.segment_name = s->name();
     from.instance = s->identity().instance;
     // A dead process's per-pid (`all` mode) series stay for the grace period only: no pile-up.
-    const bool keep_all_mode =
-        from.live || options.now_ns < s->state_since_ns() || options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
+    const bool keep_all_mode = from.live || options.now_ns < s->state_since_ns() ||
+                               options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
     FamilySet::SegmentSlots& slots = out.slots(s->name(), s->identity().generation, options.instance_label);
     collect_snapshot(*s, base, from, keep_all_mode, out, slots);
     collect_cumulative(*s, base, from, keep_all_mode, out, slots.cumulative);

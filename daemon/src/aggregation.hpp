@@ -58,7 +58,8 @@ class FamilySet {
     std::uint64_t round = 0;
   };
   // The slots of a generation (name and nonce) exported with `instance_label`; kept while it contributes.
-  SegmentSlots& slots(std::string_view segment_name, std::uint64_t generation, std::string_view instance_label);
+  SegmentSlots& slots(std::string_view segment_name, std::uint64_t generation,
+                      std::string_view instance_label);
   // True when `slot` still designates the series it was filled with for `tag`: the caller may then pass
   // empty labels and help (they are only used to fill a slot).
   bool slot_valid(const Slot& slot, std::uint64_t tag) const {
@@ -127,13 +128,13 @@ class FamilySet {
                        shm::GaugeMode mode, bool keep_help);
   // The series for `labels`, or nullptr if another instance owns it. `pid_label` (if non-empty) is
   // appended as pid="...". `inserted` is true when the series is new in this round.
-  Series* series_for(Family& family, const Labels& labels, std::string_view pid_label, const Contributor& from,
-                     bool& inserted);
+  Series* series_for(Family& family, const Labels& labels, std::string_view pid_label,
+                     const Contributor& from, bool& inserted);
   Series* touch_series(Series& s, bool fresh, const Contributor& from, bool& inserted);
   // Resolves a contribution through `slot` when valid, else through the maps (filling the slot).
   Series* resolve(Slot* slot, std::uint64_t tag, const std::string& name, std::string_view help,
-                  prometheus::MetricType type, shm::GaugeMode mode, const Labels& labels, std::string_view pid_label,
-                  const Contributor& from, bool& inserted);
+                  prometheus::MetricType type, shm::GaugeMode mode, const Labels& labels,
+                  std::string_view pid_label, const Contributor& from, bool& inserted);
   void render_series(std::string& out, const std::string& name, prometheus::MetricType type, Series& s);
 
   std::map<std::string, Family> families_;
@@ -155,7 +156,7 @@ Labels identity_labels(const shm::SegmentHeader& identity, const std::string& in
 Labels series_labels(const Labels& identity, const SeriesState& series);
 
 struct CollectOptions {
-  std::string instance_label;      // --label.instance; empty: none
+  std::string instance_label;  // --label.instance; empty: none
   std::uint64_t now_ns = 0;
   std::uint64_t dead_grace_ns = 0;  // a dead generation's `all`-mode series are kept this long
 };

@@ -30,8 +30,8 @@ std::string_view report_kind_name(std::uint32_t kind) {
 }
 
 std::string_view gauge_mode_name(shm::GaugeMode mode) {
-  static constexpr std::string_view kNames[] = {"all", "liveall", "sum", "livesum", "min", "livemin",
-                                                "max", "livemax", "mostrecent", "livemostrecent"};
+  static constexpr std::string_view kNames[] = {
+      "all", "liveall", "sum", "livesum", "min", "livemin", "max", "livemax", "mostrecent", "livemostrecent"};
   const auto i = static_cast<std::size_t>(mode);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -50,10 +50,11 @@ boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns
   o["engine_type"] = h.engine_type;
   boost::json::object ranks;
   const std::pair<const char*, std::int32_t> rank_fields[] = {
-      {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},           {"dp_rank", h.dp_rank},
-      {"moe_ep_rank", h.moe_ep_rank},   {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
-      {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},           {"pp_size", h.pp_size},
-      {"dp_size", h.dp_size}};
+      {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},
+      {"dp_rank", h.dp_rank},           {"moe_ep_rank", h.moe_ep_rank},
+      {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
+      {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},
+      {"pp_size", h.pp_size},           {"dp_size", h.dp_size}};
   for (const auto& [name, value] : rank_fields) {
     if (value == shm::kRankUnset) {
       ranks[name] = nullptr;
@@ -65,7 +66,8 @@ boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns
   o["pid"] = h.pid;
   o["generation"] = std::to_string(h.generation);
   o["state"] = rank_state_name(s.state());
-  o["heartbeat_age_seconds"] = now_ns > p.heartbeat_ns ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0.0;
+  o["heartbeat_age_seconds"] =
+      now_ns > p.heartbeat_ns ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0.0;
   o["records_per_second"] = s.records_per_second();
   o["records_written"] = p.records_written;
   o["records_drained"] = s.records_drained();

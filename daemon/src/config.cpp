@@ -1,11 +1,11 @@
 #include "config.hpp"
 
-#include <CLI/CLI.hpp>
 #include <pwd.h>
+#include <CLI/CLI.hpp>
 
-#include "rankstat/shmproto/cumulative.hpp"
 #include <fstream>
 #include <sstream>
+#include "rankstat/shmproto/cumulative.hpp"
 
 namespace rankstat {
 
@@ -86,11 +86,13 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
   // Config-file keys are the flag names ("log.level = debug"); CLI11 would otherwise read the dot as a
   // section separator and silently ignore every key.
   app.get_config_formatter_base()->parentSeparator('/');
-  app.add_option("--web.listen-address", c.listen_address, "Address to listen on for HTTP: host:port or :port")
+  app.add_option("--web.listen-address", c.listen_address,
+                 "Address to listen on for HTTP: host:port or :port")
       ->capture_default_str();
   app.add_option("--web.telemetry-path", c.telemetry_path, "Path under which to expose metrics")
       ->capture_default_str()
-      ->check([](const std::string& p) { return p.starts_with('/') ? std::string() : "must start with '/'"; });
+      ->check(
+          [](const std::string& p) { return p.starts_with('/') ? std::string() : "must start with '/'"; });
   app.add_option("--web.address-file", c.address_file, "Write the bound listen address to this file");
   app.add_option("--web.max-connections", c.max_connections, "Concurrent HTTP connections")
       ->capture_default_str()
@@ -98,9 +100,11 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
   app.add_option("--shm.dir", c.shm_dir, "Directory holding the rank segments")->capture_default_str();
   app.add_option("--shm.instance", c.instances, "Only serve these engine instances (repeatable)");
   app.add_option("--shm.poll-interval", d.poll, "How often rings are drained")->capture_default_str();
-  app.add_option("--shm.scan-interval", d.scan, "How often the shm directory is rescanned (inotify is a hint)")
+  app.add_option("--shm.scan-interval", d.scan,
+                 "How often the shm directory is rescanned (inotify is a hint)")
       ->capture_default_str();
-  app.add_option("--liveness.interval", d.liveness, "How often rank processes are checked")->capture_default_str();
+  app.add_option("--liveness.interval", d.liveness, "How often rank processes are checked")
+      ->capture_default_str();
   app.add_option("--liveness.stall-after", d.stall, "Heartbeat age after which a live rank is STALLED")
       ->capture_default_str();
   app.add_option("--liveness.dead-grace", d.dead_grace,
@@ -108,8 +112,9 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
       ->capture_default_str();
   app.add_option("--state.dir", c.state_dir,
                  "Directory where retired ranks' totals persist across restarts (systemd StateDirectory)");
-  app.add_option("--label.instance", c.instance_label,
-                 "Add this label with the engine instance id to every engine series (several engines per host)")
+  app.add_option(
+         "--label.instance", c.instance_label,
+         "Add this label with the engine instance id to every engine series (several engines per host)")
       ->check([](const std::string& name) {
         return shm::is_valid_label_name(name) ? std::string() : "not a valid Prometheus label name";
       });
@@ -132,12 +137,8 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
 
 std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
   const std::pair<const std::string*, std::chrono::milliseconds*> items[] = {
-      {&d.poll, &c.poll_interval},
-      {&d.scan, &c.scan_interval},
-      {&d.liveness, &c.liveness_interval},
-      {&d.stall, &c.stall_after},
-      {&d.dead_grace, &c.dead_grace},
-      {&d.read_timeout, &c.read_timeout}};
+      {&d.poll, &c.poll_interval}, {&d.scan, &c.scan_interval},    {&d.liveness, &c.liveness_interval},
+      {&d.stall, &c.stall_after},  {&d.dead_grace, &c.dead_grace}, {&d.read_timeout, &c.read_timeout}};
   for (const auto& [text, out] : items) {
     const auto value = parse_duration(*text);
     if (!value || (value->count() == 0 && out != &c.dead_grace)) {
@@ -167,7 +168,8 @@ ConfigParse parse_config(int argc, const char* const* argv) {
     result.message = out.str() + err.str();
     return result;
   }
-  if (auto* opt = app.get_config_ptr(); opt != nullptr && opt->count() > 0) c.config_file = opt->as<std::string>();
+  if (auto* opt = app.get_config_ptr(); opt != nullptr && opt->count() > 0)
+    c.config_file = opt->as<std::string>();
   if (auto error = apply_durations(c, d)) {
     result.exit_code = 2;
     result.message = *error + "\n";
@@ -191,8 +193,8 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   }
   Config c = base;
   auto ms = [](std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; };
-  DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval), ms(base.stall_after),
-                  ms(base.dead_grace), ms(base.read_timeout)};
+  DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval),
+                  ms(base.stall_after),   ms(base.dead_grace),    ms(base.read_timeout)};
   CLI::App app;
   app.allow_config_extras(CLI::config_extras_mode::ignore);
   app.set_config("--config.file", base.config_file);

@@ -7,8 +7,8 @@
 
 #include <array>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json/serialize.hpp>
@@ -67,7 +67,9 @@ std::string landing_page(const std::string& telemetry_path) {
          "</ul>\n</body></html>\n";
 }
 
-std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+std::string path_of(const std::string& target) {
+  return target.substr(0, target.find('?'));
+}
 
 RegistryOptions registry_options(const Config& c) {
   RegistryOptions o;
@@ -129,7 +131,8 @@ struct Daemon::State {
   bool stopping = false;
   std::optional<std::chrono::microseconds> watchdog_period;
   // Exit notification per live writer process, keyed by (segment name, generation).
-  std::map<std::pair<std::string, std::uint64_t>, std::unique_ptr<asio::posix::stream_descriptor>> exit_watches;
+  std::map<std::pair<std::string, std::uint64_t>, std::unique_ptr<asio::posix::stream_descriptor>>
+      exit_watches;
 
   explicit State(Config c)
       : config(std::move(c)), retired(config.state_dir), registry(registry_options(config), retired) {}
@@ -201,8 +204,10 @@ struct Daemon::State {
                    config.scan_interval.count());
       return;
     }
-    if (inotify_add_watch(fd, config.shm_dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_CLOSE_WRITE) < 0) {
-      spdlog::warn("cannot watch {} ({}); relying on the periodic rescan", config.shm_dir, shm::errno_text(errno));
+    if (inotify_add_watch(fd, config.shm_dir.c_str(), IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_CLOSE_WRITE) <
+        0) {
+      spdlog::warn("cannot watch {} ({}); relying on the periodic rescan", config.shm_dir,
+                   shm::errno_text(errno));
       ::close(fd);
       return;
     }
@@ -211,18 +216,20 @@ struct Daemon::State {
   }
 
   void wait_inotify() {
-    inotify->async_read_some(asio::buffer(inotify_buffer), [this](const boost::system::error_code& ec, std::size_t) {
-      if (ec || stopping) return;
-      // The events are only a hint that the directory changed: coalesce a burst into one scan.
-      if (!rescan_pending) {
-        rescan_pending = true;
-        asio::post(io, [this] {
-          rescan_pending = false;
-          if (!stopping) scan_now();
-        });
-      }
-      wait_inotify();
-    });
+    inotify->async_read_some(asio::buffer(inotify_buffer),
+                             [this](const boost::system::error_code& ec, std::size_t) {
+                               if (ec || stopping) return;
+                               // The events are only a hint that the directory changed: coalesce a burst into
+                               // one scan.
+                               if (!rescan_pending) {
+                                 rescan_pending = true;
+                                 asio::post(io, [this] {
+                                   rescan_pending = false;
+                                   if (!stopping) scan_now();
+                                 });
+                               }
+                               wait_inotify();
+                             });
   }
 
   void start_watchdog() {
@@ -367,7 +374,8 @@ struct Daemon::State {
     }
     if (path == "/healthz") return text_response(200, "ok\n");
     if (path == "/readyz") {
-      return registry.scanned_once() && !stopping ? text_response(200, "ready\n") : text_response(503, "not ready\n");
+      return registry.scanned_once() && !stopping ? text_response(200, "ready\n")
+                                                  : text_response(503, "not ready\n");
     }
     if (path == "/") {
       http::Response r;
@@ -389,7 +397,8 @@ struct Daemon::State {
         return json_response(200, boost::json::serialize(rank_detail_json(*s, now_ns)));
       }
       // Serialized, not pasted: the id comes from the request and may hold quotes or backslashes.
-      return json_response(404, boost::json::serialize(boost::json::object{{"error", "no such rank"}, {"id", id}}));
+      return json_response(
+          404, boost::json::serialize(boost::json::object{{"error", "no such rank"}, {"id", id}}));
     }
     return text_response(404, "not found: try " + config.telemetry_path + "\n");
   }
@@ -417,7 +426,8 @@ int Daemon::run() {
   options.max_connections = s.config.max_connections;
   options.gzip_level = s.config.gzip_level;
   options.read_timeout = s.config.read_timeout;
-  s.server = std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
+  s.server =
+      std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
   if (!s.config.state_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(s.config.state_dir, ec);
@@ -428,8 +438,9 @@ int Daemon::run() {
   s.registry.drain_all(shm::monotonic_ns());
   s.server->start();
   s.write_address_file();
-  spdlog::info("rankstatd {} (shm layout {}.{}) listening on {}{}, reading {}", RANKSTAT_VERSION, shm::kLayoutMajor,
-               shm::kLayoutMinor, s.server->bound_address(), s.config.telemetry_path, s.config.shm_dir);
+  spdlog::info("rankstatd {} (shm layout {}.{}) listening on {}{}, reading {}", RANKSTAT_VERSION,
+               shm::kLayoutMajor, shm::kLayoutMinor, s.server->bound_address(), s.config.telemetry_path,
+               s.config.shm_dir);
   s.start_poll();
   s.start_liveness();
   s.start_scan();

@@ -12,7 +12,8 @@ std::string_view engine_help(std::string_view family) {
       {"sglang:num_running_reqs", "Requests in the running batch (priority=\"\" is the total)."},
       {"sglang:num_queue_reqs", "Requests waiting in the scheduler queue (priority=\"\" is the total)."},
       {"sglang:num_grammar_queue_reqs", "Requests waiting for grammar compilation."},
-      {"sglang:gen_throughput", "Decode throughput in generated tokens per second; 0 after 30 s without decode."},
+      {"sglang:gen_throughput",
+       "Decode throughput in generated tokens per second; 0 after 30 s without decode."},
       {"sglang:cache_hit_rate", "Prefix cache hit rate of the last prefill batch."},
       {"sglang:decode_sum_seq_lens", "Sum of sequence lengths in the decode batch."},
       // --- pools ---
@@ -31,7 +32,8 @@ std::string_view engine_help(std::string_view family) {
       {"sglang:mamba_evictable_tokens", "Evictable slots in the mamba state pool."},
       {"sglang:mamba_used_tokens", "Slots held by requests in the mamba state pool."},
       // --- speculative decoding ---
-      {"sglang:spec_accept_length", "Average tokens produced per speculative verify step, bonus token included."},
+      {"sglang:spec_accept_length",
+       "Average tokens produced per speculative verify step, bonus token included."},
       {"sglang:spec_accept_rate", "Fraction of proposed draft tokens that were accepted."},
       {"sglang:spec_cap_length", "Average capped verify window per verify step."},
       {"sglang:spec_block_accept_length", "Average uncapped block accept length per verify step."},
@@ -75,8 +77,10 @@ std::string_view engine_help(std::string_view family) {
       {"sglang:streaming_session_held_tokens", "KV tokens held by streaming sessions."},
       // --- routing keys ---
       {"sglang:num_unique_running_routing_keys", "Distinct routing keys among running requests."},
-      {"sglang:routing_key_running_req_count", "Routing keys by their running request count (gt < count <= le)."},
-      {"sglang:routing_key_all_req_count", "Routing keys by their running plus waiting request count (gt < count <= le)."},
+      {"sglang:routing_key_running_req_count",
+       "Routing keys by their running request count (gt < count <= le)."},
+      {"sglang:routing_key_all_req_count",
+       "Routing keys by their running plus waiting request count (gt < count <= le)."},
       // --- request latency (scheduler side) ---
       {"sglang:queue_time_seconds", "Time requests spent waiting in the scheduler queue, in seconds."},
       {"sglang:per_stage_req_latency_seconds", "Time requests spent in each stage, in seconds."},
@@ -90,33 +94,43 @@ std::string_view engine_help(std::string_view family) {
       {"sglang:grammar_schema_count", "Schemas per grammar request."},
       {"sglang:grammar_ebnf_size", "EBNF size per grammar request."},
       {"sglang:grammar_tree_traversal_time_avg", "Mean grammar tree traversal time per request, in seconds."},
-      {"sglang:grammar_tree_traversal_time_max", "Longest grammar tree traversal time per request, in seconds."},
+      {"sglang:grammar_tree_traversal_time_max",
+       "Longest grammar tree traversal time per request, in seconds."},
       // --- execution ---
       {"sglang:eplb_balancedness", "Expert-parallel load balancedness per forward."},
       {"sglang:eplb_gpu_physical_count", "Physical experts selected per layer and GPU rank."},
       {"sglang:realtime_tokens_total", "Tokens processed by mode: prefill compute, prefill cache, decode."},
-      {"sglang:prefill_effective_tokens_total", "Effective prefill tokens by mode, retracted re-counts excluded."},
-      {"sglang:forward_execution_seconds_total", "Device time spent in forward passes by category, in seconds."},
+      {"sglang:prefill_effective_tokens_total",
+       "Effective prefill tokens by mode, retracted re-counts excluded."},
+      {"sglang:forward_execution_seconds_total",
+       "Device time spent in forward passes by category, in seconds."},
       {"sglang:estimated_flops_per_gpu_total", "Estimated floating point operations per GPU."},
       {"sglang:estimated_read_bytes_per_gpu_total", "Estimated bytes read from memory per GPU."},
       {"sglang:estimated_write_bytes_per_gpu_total", "Estimated bytes written to memory per GPU."},
-      {"sglang:dp_cooperation_realtime_tokens_total", "Tokens processed by mode and number of DP ranks in prefill."},
+      {"sglang:dp_cooperation_realtime_tokens_total",
+       "Tokens processed by mode and number of DP ranks in prefill."},
       {"sglang:dp_cooperation_forward_execution_seconds_total",
        "Forward device time by category and number of DP ranks in prefill, in seconds."},
       // --- DP attention balance ---
-      {"sglang:dp_attention_tokens_total", "DP attention tokens: scheduled on this rank, or padding to the busiest rank."},
-      {"sglang:dp_attention_pairs_total", "DP attention query-key pairs: scheduled, or short of the busiest rank."},
+      {"sglang:dp_attention_tokens_total",
+       "DP attention tokens: scheduled on this rank, or padding to the busiest rank."},
+      {"sglang:dp_attention_pairs_total",
+       "DP attention query-key pairs: scheduled, or short of the busiest rank."},
       {"sglang:dp_attention_steps_total", "DP attention synchronized steps by whether this rank had tokens."},
-      {"sglang:dp_attention_token_imbalance_ratio", "Busiest DP rank tokens over the mean, one sample per step."},
-      {"sglang:dp_attention_sync_wait_seconds", "Wall time this rank waited in the DP attention gather, in seconds."},
+      {"sglang:dp_attention_token_imbalance_ratio",
+       "Busiest DP rank tokens over the mean, one sample per step."},
+      {"sglang:dp_attention_sync_wait_seconds",
+       "Wall time this rank waited in the DP attention gather, in seconds."},
       // --- scheduler loop ---
       {"sglang:scheduler_idle_seconds_total", "Scheduler loop time spent idle, in seconds."},
       {"sglang:scheduler_stage_seconds_total", "Scheduler loop time by stage, in seconds."},
       {"sglang:scheduler_iterations_total", "Scheduler loop iterations."},
       // --- prefill delayer ---
-      {"sglang:prefill_delayer_wait_forward_passes", "Forward passes a prefill waited in the prefill delayer."},
+      {"sglang:prefill_delayer_wait_forward_passes",
+       "Forward passes a prefill waited in the prefill delayer."},
       {"sglang:prefill_delayer_wait_seconds", "Time a prefill waited in the prefill delayer, in seconds."},
-      {"sglang:prefill_delayer_outcomes_total", "Prefill delayer decisions by estimation, outcome and execution."},
+      {"sglang:prefill_delayer_outcomes_total",
+       "Prefill delayer decisions by estimation, outcome and execution."},
       // --- constants ---
       {"sglang:max_total_num_tokens", "Capacity of the KV pool in tokens."},
       {"sglang:max_total_num_tokens_swa", "Capacity of the sliding-window KV pool in tokens."},
@@ -137,12 +151,14 @@ std::string_view engine_help(std::string_view family) {
       {"sglang:hicache_backup_bytes_total", "Bytes backed up from device to host memory."},
       {"sglang:load_back_bytes_total", "Bytes loaded back from host to device memory."},
       {"sglang:hicache_backup_tokens_total", "Tokens backed up from device to host memory by pool."},
-      {"sglang:hicache_dropped_tokens_total", "Device KV tokens dropped without a host backup, by reason and pool."},
+      {"sglang:hicache_dropped_tokens_total",
+       "Device KV tokens dropped without a host backup, by reason and pool."},
       // --- HiCache storage (L3) ---
       {"sglang:hicache_prefetch_outcomes_total", "Storage prefetch outcomes."},
       {"sglang:prefetched_tokens_total", "Tokens prefetched from storage."},
       {"sglang:backuped_tokens_total", "Tokens backed up to storage."},
-      {"sglang:hicache_backup_dropped_tokens_total", "Storage backup tokens dropped by write-path rate limiting."},
+      {"sglang:hicache_backup_dropped_tokens_total",
+       "Storage backup tokens dropped by write-path rate limiting."},
       {"sglang:hicache_prefetch_aux_alloc_failed_tokens_total",
        "Prefetch tokens abandoned because an auxiliary pool could not allocate."},
       {"sglang:storage_prefetch_hit_tokens_total", "Prefetch tokens found in storage."},
@@ -159,7 +175,8 @@ std::string_view engine_help(std::string_view family) {
       {"sglang:generation_tokens_total", "Generated tokens of finished requests."},
       {"sglang:spec_verify_calls_total", "Speculative verify calls of finished requests."},
       {"sglang:prompt_tokens_histogram", "Prompt length per finished request, in tokens."},
-      {"sglang:uncached_prompt_tokens_histogram", "Prompt tokens not served from cache per finished request."},
+      {"sglang:uncached_prompt_tokens_histogram",
+       "Prompt tokens not served from cache per finished request."},
       {"sglang:generation_tokens_histogram", "Generated length per finished request, in tokens."},
       {"sglang:cached_tokens_total", "Cached prompt tokens by cache tier."},
       {"sglang:num_requests_total", "Finished requests."},
@@ -182,7 +199,9 @@ std::string_view engine_help(std::string_view family) {
   return it == kHelp.end() ? std::string_view("Reported by the engine through rankstat.") : it->second;
 }
 
-bool engine_family_is_summary(std::string_view family) { return family == "sglang:eplb_balancedness"; }
+bool engine_family_is_summary(std::string_view family) {
+  return family == "sglang:eplb_balancedness";
+}
 
 bool engine_family_without_identity_labels(std::string_view family) {
   return family == "sglang:kv_transfer_timeouts_total" || family == "sglang:eplb_gpu_physical_count" ||

@@ -104,7 +104,8 @@ void RankSegment::recover_consumed_snapshot() {
   std::uint64_t position_plus_one = 0;
   if (!read_guarded([&] {
         position_plus_one =
-            shm::shared(live.latest_record_position[static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)])
+            shm::shared(
+                live.latest_record_position[static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)])
                 .load(std::memory_order_acquire);
       })) {
     return;
@@ -160,7 +161,8 @@ bool RankSegment::drain(std::uint64_t now_ns) {
 }
 
 void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload) {
-  if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot)) return;  // unknown: skip
+  if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot))
+    return;  // unknown: skip
   if (header.type_version < 1 || payload.size() < sizeof(shm::SchedulerSnapshot)) {
     ++malformed_records_;
     return;
@@ -223,7 +225,8 @@ void RankSegment::refresh_cumulative() {
     }
     staging_.resize(series_.size() + fresh.size());
     for (std::size_t i = 0; i < series_.size(); ++i) cumulative_.read_value(series_[i].info, staging_[i]);
-    for (std::size_t i = 0; i < fresh.size(); ++i) cumulative_.read_value(fresh[i].info, staging_[series_.size() + i]);
+    for (std::size_t i = 0; i < fresh.size(); ++i)
+      cumulative_.read_value(fresh[i].info, staging_[series_.size() + i]);
   });
   if (!read) return;
   invalid_series_ += invalid;
@@ -252,8 +255,10 @@ void RankSegment::update_rate(std::uint64_t now_ns) {
   constexpr std::uint64_t kWindowNs = 2'000'000'000;
   if (now_ns - rate_window_start_ns_ < kWindowNs) return;
   const std::uint64_t written = producer().records_written;
-  const std::uint64_t delta = written >= rate_window_start_records_ ? written - rate_window_start_records_ : 0;
-  records_per_second_ = static_cast<double>(delta) * 1e9 / static_cast<double>(now_ns - rate_window_start_ns_);
+  const std::uint64_t delta =
+      written >= rate_window_start_records_ ? written - rate_window_start_records_ : 0;
+  records_per_second_ =
+      static_cast<double>(delta) * 1e9 / static_cast<double>(now_ns - rate_window_start_ns_);
   rate_window_start_ns_ = now_ns;
   rate_window_start_records_ = written;
 }

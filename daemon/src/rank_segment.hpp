@@ -19,7 +19,9 @@ namespace rankstat {
 enum class RankState : std::uint8_t { kLive = 0, kStalled = 1, kDead = 2, kClosed = 3 };
 inline constexpr int kRankStateCount = 4;
 std::string_view rank_state_name(RankState state);
-inline bool is_live(RankState state) { return state == RankState::kLive || state == RankState::kStalled; }
+inline bool is_live(RankState state) {
+  return state == RankState::kLive || state == RankState::kStalled;
+}
 
 struct SchedulerView {
   bool present = false;

@@ -21,7 +21,8 @@ constexpr int kStateVersion = 1;
 
 boost::json::array labels_json(const Labels& labels) {
   boost::json::array out;
-  for (const auto& l : labels) out.push_back(boost::json::array{boost::json::string(l.name), boost::json::string(l.value)});
+  for (const auto& l : labels)
+    out.push_back(boost::json::array{boost::json::string(l.name), boost::json::string(l.value)});
   return out;
 }
 
@@ -81,7 +82,8 @@ bool RetiredTotals::load(std::string& error) {
       for (const auto& n : o.at("counts").as_array()) hist.counts.push_back(n.to_number<std::uint64_t>());
       hist.sum = o.at("sum").to_number<double>();
       if (hist.counts.size() != hist.bounds.size() + 1) throw std::runtime_error("bucket count mismatch");
-      histograms_[{std::string(o.at("family").as_string()), labels_from(o.at("labels").as_array())}] = std::move(hist);
+      histograms_[{std::string(o.at("family").as_string()), labels_from(o.at("labels").as_array())}] =
+          std::move(hist);
     }
   } catch (const std::exception& e) {
     generations_.clear();
@@ -99,12 +101,14 @@ bool RetiredTotals::save(std::string& error) const {
   doc["version"] = kStateVersion;
   boost::json::array generations;
   for (const auto& [name, nonce] : generations_) {
-    generations.push_back(boost::json::array{boost::json::string(name), boost::json::string(std::to_string(nonce))});
+    generations.push_back(
+        boost::json::array{boost::json::string(name), boost::json::string(std::to_string(nonce))});
   }
   doc["generations"] = std::move(generations);
   boost::json::array counters;
   for (const auto& [key, value] : counters_) {
-    counters.push_back(boost::json::object{{"family", key.first}, {"labels", labels_json(key.second)}, {"value", value}});
+    counters.push_back(
+        boost::json::object{{"family", key.first}, {"labels", labels_json(key.second)}, {"value", value}});
   }
   doc["counters"] = std::move(counters);
   boost::json::array histograms;
@@ -148,15 +152,15 @@ void RetiredTotals::forget_generations_except(const std::set<GenerationKey>& sti
   }
 }
 
-void RetiredTotals::add_counter(const GenerationKey& generation, const std::string& family, const Labels& labels,
-                                double value) {
+void RetiredTotals::add_counter(const GenerationKey& generation, const std::string& family,
+                                const Labels& labels, double value) {
   if (generations_.count(generation) != 0 || !std::isfinite(value)) return;
   counters_[{family, labels}] += value;
 }
 
-void RetiredTotals::add_histogram(const GenerationKey& generation, const std::string& family, const Labels& labels,
-                                  const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts,
-                                  double sum) {
+void RetiredTotals::add_histogram(const GenerationKey& generation, const std::string& family,
+                                  const Labels& labels, const std::vector<double>& bounds,
+                                  const std::vector<std::uint64_t>& counts, double sum) {
   if (generations_.count(generation) != 0 || counts.size() != bounds.size() + 1) return;
   auto [it, inserted] = histograms_.try_emplace({family, labels});
   Histogram& h = it->second;
@@ -171,7 +175,8 @@ void RetiredTotals::add_histogram(const GenerationKey& generation, const std::st
 }
 
 void RetiredTotals::contribute(FamilySet& out) const {
-  for (const auto& [key, value] : counters_) out.add_counter(key.first, engine_help(key.first), key.second, value);
+  for (const auto& [key, value] : counters_)
+    out.add_counter(key.first, engine_help(key.first), key.second, value);
   for (const auto& [key, h] : histograms_) {
     out.add_histogram(key.first, engine_help(key.first), key.second, h.bounds, h.counts, h.sum);
   }

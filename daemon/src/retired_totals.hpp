@@ -38,7 +38,8 @@ class RetiredTotals {
   void forget_generations_except(const std::set<GenerationKey>& still_present);
 
   // Folds one generation's counter and histogram series (labels already composed).
-  void add_counter(const GenerationKey& generation, const std::string& family, const Labels& labels, double value);
+  void add_counter(const GenerationKey& generation, const std::string& family, const Labels& labels,
+                   double value);
   void add_histogram(const GenerationKey& generation, const std::string& family, const Labels& labels,
                      const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum);
   void mark_retired(const GenerationKey& generation) { generations_.insert(generation); }

@@ -21,7 +21,9 @@ constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;
 // A temporary older than this whose creator is gone was abandoned mid-creation.
 constexpr std::int64_t kTemporaryMaxAgeSeconds = 60;
 
-std::uint64_t to_ns(std::chrono::milliseconds d) { return static_cast<std::uint64_t>(d.count()) * 1'000'000ull; }
+std::uint64_t to_ns(std::chrono::milliseconds d) {
+  return static_cast<std::uint64_t>(d.count()) * 1'000'000ull;
+}
 
 std::int64_t ctime_ns(const struct stat& st) {
   return static_cast<std::int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
@@ -41,7 +43,8 @@ SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired
   }
 }
 
-void SegmentRegistry::set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner, bool allow_world_writable) {
+void SegmentRegistry::set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner,
+                                bool allow_world_writable) {
   options_.allowed_uids = std::move(allowed_uids);
   options_.any_owner = any_owner;
   options_.allow_world_writable = allow_world_writable;
@@ -49,8 +52,8 @@ void SegmentRegistry::set_trust(std::vector<std::uint32_t> allowed_uids, bool an
 }
 
 bool SegmentRegistry::Rejected::same_file(const struct stat& st) const {
-  return inode == st.st_ino && device == st.st_dev && mode == st.st_mode && uid == st.st_uid && gid == st.st_gid &&
-         size == st.st_size && ctime_ns == rankstat::ctime_ns(st);
+  return inode == st.st_ino && device == st.st_dev && mode == st.st_mode && uid == st.st_uid &&
+         gid == st.st_gid && size == st.st_size && ctime_ns == rankstat::ctime_ns(st);
 }
 
 std::string SegmentRegistry::distrust(const struct stat& st, std::string& message) const {
@@ -61,9 +64,10 @@ std::string SegmentRegistry::distrust(const struct stat& st, std::string& messag
   if ((st.st_mode & S_IWOTH) != 0 && !options_.allow_world_writable) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    message = std::string("mode ") + mode +
-              " lets any local user write it; writers create segments 0660 or 0640 (--shm.allow-world-writable "
-              "accepts it anyway)";
+    message =
+        std::string("mode ") + mode +
+        " lets any local user write it; writers create segments 0660 or 0640 (--shm.allow-world-writable "
+        "accepts it anyway)";
     return "world_writable";
   }
   const std::uint32_t uid = st.st_uid;
@@ -127,19 +131,21 @@ void SegmentRegistry::note_faults(const RankSegment& s, std::uint64_t now_ns) {
   const std::uint64_t suppressed = log_limiter_.suppressed_since_last();
   if (suppressed != 0) spdlog::warn("{} similar messages about bad segments were suppressed", suppressed);
   if (reason == "truncated" || reason == "bus_error") {
-    spdlog::error("segment {} (pid {}) quarantined ({}): its file shrank below its mapping; last good values "
-                  "kept, its memory is no longer read",
-                  s.name(), s.identity().pid, reason);
+    spdlog::error(
+        "segment {} (pid {}) quarantined ({}): its file shrank below its mapping; last good values "
+        "kept, its memory is no longer read",
+        s.name(), s.identity().pid, reason);
   } else {
-    spdlog::error("segment {} (pid {}) quarantined ({}): ring indices or record lengths are inconsistent; last good "
-                  "values kept, ring no longer read",
-                  s.name(), s.identity().pid, reason);
+    spdlog::error(
+        "segment {} (pid {}) quarantined ({}): ring indices or record lengths are inconsistent; last good "
+        "values kept, ring no longer read",
+        s.name(), s.identity().pid, reason);
   }
 }
 
 bool SegmentRegistry::wanted(const std::string& instance) const {
-  return options_.instances.empty() ||
-         std::find(options_.instances.begin(), options_.instances.end(), instance) != options_.instances.end();
+  return options_.instances.empty() || std::find(options_.instances.begin(), options_.instances.end(),
+                                                 instance) != options_.instances.end();
 }
 
 int SegmentRegistry::scan(std::uint64_t now_ns) {
@@ -213,7 +219,8 @@ void SegmentRegistry::sweep_temporary(const std::string& name, std::uint64_t) {
   }
 }
 
-void SegmentRegistry::open_generation(const std::string& name, const struct stat& listed, std::uint64_t now_ns) {
+void SegmentRegistry::open_generation(const std::string& name, const struct stat& listed,
+                                      std::uint64_t now_ns) {
   const std::string path = options_.directory + "/" + name;
   std::string message;
   // Judged on lstat before anything is opened or mapped (a symlink is never followed), then again on the
@@ -238,8 +245,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   if (opened.reason == shm::RejectReason::kNotReady) return;  // a writer mid-creation: next scan
   if (opened.reason != shm::RejectReason::kNone) {
     struct stat st {};
-    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed, std::string(shm::reject_reason_name(opened.reason)),
-           opened.message, now_ns);
+    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed,
+           std::string(shm::reject_reason_name(opened.reason)), opened.message, now_ns);
     return;
   }
   struct stat held {};
@@ -256,7 +263,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
     if (t.current) t.previous.push_back(std::move(t.current));
     t.retired_inode = opened.inode;
     retired_skipped_.insert(key);
-    if (retired_.persistent() && shm::unlink_if_same_file(opened.file.fd(), path)) ++counters_.segments_unlinked;
+    if (retired_.persistent() && shm::unlink_if_same_file(opened.file.fd(), path))
+      ++counters_.segments_unlinked;
     return;
   }
   const std::uint32_t pid = opened.identity.pid;
@@ -269,7 +277,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
     t.current->drain(now_ns);
     t.current->refresh_cumulative();
     ++counters_.generations_replaced;
-    spdlog::info("segment {} replaced by a new generation (pid {} -> {})", name, t.current->identity().pid, pid);
+    spdlog::info("segment {} replaced by a new generation (pid {} -> {})", name, t.current->identity().pid,
+                 pid);
     t.previous.push_back(std::move(t.current));
   } else {
     spdlog::info("attached segment {} (pid {})", name, pid);
@@ -287,17 +296,17 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
 void SegmentRegistry::check_schema(RankSegment& segment) {
   if (segment.schema_conflict()) return;
   for (const SeriesState& s : segment.series()) {
-    const std::pair<shm::SeriesKind, shm::GaugeMode> mine{s.info.kind, s.info.kind == shm::SeriesKind::kGauge
-                                                                           ? s.info.gauge_mode
-                                                                           : shm::GaugeMode::kSum};
+    const std::pair<shm::SeriesKind, shm::GaugeMode> mine{
+        s.info.kind, s.info.kind == shm::SeriesKind::kGauge ? s.info.gauge_mode : shm::GaugeMode::kSum};
     auto [it, inserted] = schema_.try_emplace(s.info.family, mine);
     if (inserted || it->second == mine) continue;
     segment.mark_schema_conflict();
     ++counters_.schema_conflicts;
-    spdlog::error("segment {} rejected: family {} is a {} (mode {}) here but a {} (mode {}) in other ranks; fix "
-                  "the engine so every rank declares it the same way",
-                  segment.name(), s.info.family, static_cast<int>(mine.first), static_cast<int>(mine.second),
-                  static_cast<int>(it->second.first), static_cast<int>(it->second.second));
+    spdlog::error(
+        "segment {} rejected: family {} is a {} (mode {}) here but a {} (mode {}) in other ranks; fix "
+        "the engine so every rank declares it the same way",
+        segment.name(), s.info.family, static_cast<int>(mine.first), static_cast<int>(mine.second),
+        static_cast<int>(it->second.first), static_cast<int>(it->second.second));
     return;
   }
 }

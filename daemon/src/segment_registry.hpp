@@ -98,7 +98,7 @@ class SegmentRegistry {
   struct Tracked {
     std::unique_ptr<RankSegment> current;  // null once retired and not replaced
     std::vector<std::unique_ptr<RankSegment>> previous;
-    bool pid_visible = true;  // false: the writer lives in another pid namespace; judge by heartbeat
+    bool pid_visible = true;          // false: the writer lives in another pid namespace; judge by heartbeat
     std::uint64_t retired_inode = 0;  // a retired generation whose file could not be unlinked
   };
   // A refused file, remembered with what was refused: it is looked at again only when its inode, owner,
@@ -119,8 +119,8 @@ class SegmentRegistry {
   bool wanted(const std::string& instance) const;
   // Empty if `st` may be opened; else the reject reason, with a message.
   std::string distrust(const struct stat& st, std::string& message) const;
-  void reject(const std::string& name, const struct stat& st, const std::string& reason, const std::string& message,
-              std::uint64_t now_ns);
+  void reject(const std::string& name, const struct stat& st, const std::string& reason,
+              const std::string& message, std::uint64_t now_ns);
   // Counts and logs (once per generation, rate-limited) a ring or memory fault found since the last call.
   void note_faults(const RankSegment& segment, std::uint64_t now_ns);
   void open_generation(const std::string& name, const struct stat& st, std::uint64_t now_ns);

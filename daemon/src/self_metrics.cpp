@@ -19,13 +19,17 @@ SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>())
       .Add({{"version", RANKSTAT_VERSION},
             {"layout", std::to_string(shm::kLayoutMajor) + "." + std::to_string(shm::kLayoutMinor)}})
       .Set(1);
-  scrapes_ = &BuildCounter().Name("rankstat_scrapes_total").Help("Metrics scrapes served.").Register(*registry_).Add({});
+  scrapes_ = &BuildCounter()
+                  .Name("rankstat_scrapes_total")
+                  .Help("Metrics scrapes served.")
+                  .Register(*registry_)
+                  .Add({});
   scrape_seconds_ = &BuildHistogram()
                          .Name("rankstat_scrape_duration_seconds")
                          .Help("Time to build and serialize one metrics response.")
                          .Register(*registry_)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                                          0.05, 0.1, 0.25, 0.5, 1});
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                                          0.025, 0.05, 0.1, 0.25, 0.5, 1});
   last_body_bytes_ = &BuildGauge()
                           .Name("rankstat_scrape_response_bytes")
                           .Help("Uncompressed size of the last metrics response.")
@@ -41,11 +45,12 @@ SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>())
                     .Help("Samples the last scrape skipped because ranks disagreed on a family's buckets.")
                     .Register(*registry_)
                     .Add({});
-  collisions_ = &BuildGauge()
-                     .Name("rankstat_scrape_instance_collisions")
-                     .Help("Samples the last scrape skipped because two engine instances had the same labels.")
-                     .Register(*registry_)
-                     .Add({});
+  collisions_ =
+      &BuildGauge()
+           .Name("rankstat_scrape_instance_collisions")
+           .Help("Samples the last scrape skipped because two engine instances had the same labels.")
+           .Register(*registry_)
+           .Add({});
   auto& reloads = BuildCounter()
                       .Name("rankstat_config_reloads_total")
                       .Help("Configuration reloads on SIGHUP, by result.")
@@ -83,13 +88,14 @@ void add_sample(prometheus::MetricFamily& f, Labels labels, double value) {
 
 }  // namespace
 
-std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry& registry, const HttpCounters& http,
-                                                           std::uint64_t now_ns) {
+std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry& registry,
+                                                           const HttpCounters& http, std::uint64_t now_ns) {
   const RegistryCounters& c = registry.counters();
   std::vector<prometheus::MetricFamily> out = registry_->Collect();
 
   using prometheus::MetricType;
-  auto rejected = make_family("rankstat_segments_rejected_total", "Segments refused, by reason.", MetricType::Counter);
+  auto rejected =
+      make_family("rankstat_segments_rejected_total", "Segments refused, by reason.", MetricType::Counter);
   for (int i = 1; i < shm::kRejectReasonCount; ++i) {
     const auto reason = static_cast<shm::RejectReason>(i);
     if (reason == shm::RejectReason::kNotReady) continue;
@@ -100,50 +106,58 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
   add_sample(rejected, {{"reason", "not_regular_file"}}, static_cast<double>(c.rejected_not_regular));
   add_sample(rejected, {{"reason", "world_writable"}}, static_cast<double>(c.rejected_world_writable));
   add_sample(rejected, {{"reason", "unexpected_owner"}}, static_cast<double>(c.rejected_unexpected_owner));
-  auto quarantined = make_family("rankstat_segments_quarantined_total",
-                                 "Segment generations whose memory or ring is no longer read (last good values kept), "
-                                 "by reason.",
-                                 MetricType::Counter);
+  auto quarantined =
+      make_family("rankstat_segments_quarantined_total",
+                  "Segment generations whose memory or ring is no longer read (last good values kept), "
+                  "by reason.",
+                  MetricType::Counter);
   add_sample(quarantined, {{"reason", "ring_index"}}, static_cast<double>(c.quarantined_ring_index));
   add_sample(quarantined, {{"reason", "ring_record"}}, static_cast<double>(c.quarantined_ring_record));
   add_sample(quarantined, {{"reason", "truncated"}}, static_cast<double>(c.quarantined_truncated));
   add_sample(quarantined, {{"reason", "bus_error"}}, static_cast<double>(c.quarantined_bus_error));
-  auto suppressed = make_family("rankstat_log_messages_suppressed_total",
-                                "Log lines about bad segments dropped by the rate limit.", MetricType::Counter);
+  auto suppressed =
+      make_family("rankstat_log_messages_suppressed_total",
+                  "Log lines about bad segments dropped by the rate limit.", MetricType::Counter);
   add_sample(suppressed, {}, static_cast<double>(c.log_lines_suppressed));
-  auto lifecycle = make_family("rankstat_generation_events_total",
-                               "Segment generation lifecycle events: replaced by a restarted rank, retired (totals "
-                               "folded), unlinked, abandoned temporaries swept, rings quarantined.",
-                               MetricType::Counter);
+  auto lifecycle =
+      make_family("rankstat_generation_events_total",
+                  "Segment generation lifecycle events: replaced by a restarted rank, retired (totals "
+                  "folded), unlinked, abandoned temporaries swept, rings quarantined.",
+                  MetricType::Counter);
   add_sample(lifecycle, {{"event", "replaced"}}, static_cast<double>(c.generations_replaced));
   add_sample(lifecycle, {{"event", "retired"}}, static_cast<double>(c.generations_retired));
   add_sample(lifecycle, {{"event", "unlinked"}}, static_cast<double>(c.segments_unlinked));
   add_sample(lifecycle, {{"event", "temporary_swept"}}, static_cast<double>(c.temporaries_swept));
   add_sample(lifecycle, {{"event", "ring_quarantined"}}, static_cast<double>(c.corrupt_rings));
-  auto retired_series = make_family("rankstat_retired_series",
-                                    "Counter and histogram series held for retired generations.", MetricType::Gauge);
+  auto retired_series =
+      make_family("rankstat_retired_series", "Counter and histogram series held for retired generations.",
+                  MetricType::Gauge);
   add_sample(retired_series, {}, static_cast<double>(registry.retired().series()));
-  auto heartbeat_only = make_family(
-      "rankstat_rank_heartbeat_only",
-      "1 when the rank's process is not visible to the daemon (another pid namespace): liveness by heartbeat only.",
-      MetricType::Gauge);
-  auto http_requests = make_family("rankstat_http_requests_total", "HTTP requests answered.", MetricType::Counter);
+  auto heartbeat_only = make_family("rankstat_rank_heartbeat_only",
+                                    "1 when the rank's process is not visible to the daemon (another pid "
+                                    "namespace): liveness by heartbeat only.",
+                                    MetricType::Gauge);
+  auto http_requests =
+      make_family("rankstat_http_requests_total", "HTTP requests answered.", MetricType::Counter);
   add_sample(http_requests, {}, static_cast<double>(http.requests_total));
-  auto http_rejected = make_family("rankstat_http_connections_rejected_total",
-                                   "Connections refused because the connection limit was reached.", MetricType::Counter);
+  auto http_rejected =
+      make_family("rankstat_http_connections_rejected_total",
+                  "Connections refused because the connection limit was reached.", MetricType::Counter);
   add_sample(http_rejected, {}, static_cast<double>(http.connections_rejected_total));
   auto http_bad = make_family("rankstat_http_bad_requests_total", "Malformed or oversized HTTP requests.",
                               MetricType::Counter);
   add_sample(http_bad, {}, static_cast<double>(http.bad_requests_total));
-  auto http_active = make_family("rankstat_http_active_connections", "Open HTTP connections.", MetricType::Gauge);
+  auto http_active =
+      make_family("rankstat_http_active_connections", "Open HTTP connections.", MetricType::Gauge);
   add_sample(http_active, {}, static_cast<double>(http.active_connections));
 
-  auto segments = make_family("rankstat_segments", "Current segment generations by liveness state.", MetricType::Gauge);
+  auto segments =
+      make_family("rankstat_segments", "Current segment generations by liveness state.", MetricType::Gauge);
   std::array<int, kRankStateCount> by_state{};
   auto up = make_family("rankstat_rank_up", "1 while the rank's process is alive (LIVE or STALLED), else 0.",
                         MetricType::Gauge);
-  auto state = make_family("rankstat_rank_state", "Liveness state of the rank's current generation (one-hot).",
-                           MetricType::Gauge);
+  auto state = make_family("rankstat_rank_state",
+                           "Liveness state of the rank's current generation (one-hot).", MetricType::Gauge);
   auto heartbeat = make_family("rankstat_rank_heartbeat_age_seconds",
                                "Seconds since the rank's last append or heartbeat.", MetricType::Gauge);
   auto records = make_family("rankstat_ring_records_total", "Records the rank appended to its ring.",
@@ -154,7 +168,8 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                           MetricType::Gauge);
   auto gaps = make_family("rankstat_ring_sequence_gaps_total",
                           "Records missing between two drained ones (should stay 0).", MetricType::Counter);
-  auto info = make_family("rankstat_rank_info", "Identity of the rank's current generation.", MetricType::Gauge);
+  auto info =
+      make_family("rankstat_rank_info", "Identity of the rank's current generation.", MetricType::Gauge);
   auto malformed = make_family("rankstat_ring_malformed_records_total",
                                "Records of a known type too short or of an unknown version (skipped).",
                                MetricType::Counter);
@@ -189,9 +204,10 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(segments, {{"state", std::string(rank_state_name(static_cast<RankState>(i)))}},
                by_state[static_cast<std::size_t>(i)]);
   }
-  for (auto* f : {&rejected, &quarantined, &suppressed, &lifecycle, &retired_series, &http_requests, &http_rejected,
-                  &http_bad, &http_active, &segments, &up, &heartbeat_only, &state, &heartbeat, &records, &dropped,
-                  &fill, &gaps, &malformed, &info}) {
+  for (auto* f :
+       {&rejected, &quarantined, &suppressed, &lifecycle, &retired_series, &http_requests, &http_rejected,
+        &http_bad, &http_active, &segments,   &up,        &heartbeat_only, &state,         &heartbeat,
+        &records,  &dropped,     &fill,       &gaps,      &malformed,      &info}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
   return out;

@@ -30,7 +30,9 @@ class SelfMetrics {
   SelfMetrics();
 
   void observe_scrape(double seconds, std::size_t body_bytes);
-  void add_records_drained(std::uint64_t records) { records_drained_->Increment(static_cast<double>(records)); }
+  void add_records_drained(std::uint64_t records) {
+    records_drained_->Increment(static_cast<double>(records));
+  }
   // Samples the last scrape dropped: family type/bucket conflicts and cross-instance collisions. Gauges,
   // since every scrape recomputes them from scratch.
   void set_scrape_drops(std::uint64_t conflicts, std::uint64_t collisions) {

@@ -19,7 +19,9 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 
 struct EngineOptions {
   std::string instance = "demo";
@@ -53,7 +55,8 @@ int run_rank(const EngineOptions& o, int tp_rank, int pp_rank, int dp_rank) {
   rankstat::Reporter reporter;
   if (reporter.open(options) != rankstat::Status::kOk) {
     // An engine keeps serving without metrics; the example just says so and goes on simulating.
-    std::fprintf(stderr, "rank tp%d dp%d: metrics disabled: %s\n", tp_rank, dp_rank, reporter.error_message().c_str());
+    std::fprintf(stderr, "rank tp%d dp%d: metrics disabled: %s\n", tp_rank, dp_rank,
+                 reporter.error_message().c_str());
   }
   rankstat::example::SimulationOptions sim = o.sim;
   sim.seed = static_cast<std::uint32_t>(1 + tp_rank + 17 * pp_rank + 131 * dp_rank);
@@ -80,10 +83,13 @@ int main(int argc, char** argv) {
   app.add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--pp", o.pp, "Pipeline-parallel size")->capture_default_str()->check(CLI::Range(1, 16));
   app.add_option("--dp", o.dp, "Data-parallel size")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--duration", o.duration_seconds, "Seconds to run (0 = until SIGINT/SIGTERM)")->capture_default_str();
-  app.add_option("--arrival-rate", o.sim.arrival_rate_per_s, "Mean requests per second per rank")->capture_default_str();
+  app.add_option("--duration", o.duration_seconds, "Seconds to run (0 = until SIGINT/SIGTERM)")
+      ->capture_default_str();
+  app.add_option("--arrival-rate", o.sim.arrival_rate_per_s, "Mean requests per second per rank")
+      ->capture_default_str();
   app.add_option("--step-seconds", o.sim.step_seconds, "Wall time per scheduler step")->capture_default_str();
-  app.add_flag("--all-schedulers", o.all_schedulers, "Every rank exports (SGLang's all-schedulers metrics mode)");
+  app.add_flag("--all-schedulers", o.all_schedulers,
+               "Every rank exports (SGLang's all-schedulers metrics mode)");
   app.add_flag("!--no-priorities", o.sim.priorities, "Disable priority scheduling");
   app.add_flag("!--no-speculative", o.sim.speculative, "Disable speculative decoding");
   CLI11_PARSE(app, argc, argv);
@@ -108,8 +114,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::fprintf(stderr, "example engine '%s': %zu scheduler ranks running (tp=%d pp=%d dp=%d)\n", o.instance.c_str(),
-               children.size(), o.tp, o.pp, o.dp);
+  std::fprintf(stderr, "example engine '%s': %zu scheduler ranks running (tp=%d pp=%d dp=%d)\n",
+               o.instance.c_str(), children.size(), o.tp, o.pp, o.dp);
   int exit_code = 0;
   std::size_t alive = children.size();
   while (alive > 0) {

@@ -19,8 +19,10 @@ std::vector<double> queue_time_buckets() {
 
 SimulatedScheduler::SimulatedScheduler(Reporter& reporter, SimulationOptions options)
     : reporter_(reporter), options_(options), random_(options.seed) {
-  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "prefill_compute"}}, realtime_prefill_compute_);
-  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "prefill_cache"}}, realtime_prefill_cache_);
+  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "prefill_compute"}},
+                             realtime_prefill_compute_);
+  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "prefill_cache"}},
+                             realtime_prefill_cache_);
   reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, realtime_decode_);
   reporter_.register_counter("sglang:num_retracted_requests_total", {}, retracted_requests_);
   reporter_.register_counter("sglang:num_requests_finished_total", {}, requests_finished_);
@@ -36,14 +38,15 @@ std::int64_t SimulatedScheduler::used_tokens() const {
 
 void SimulatedScheduler::admit_arrivals(double now_seconds) {
   // Load swings slowly so the queue and KV numbers move on a dashboard.
-  const double rate = options_.arrival_rate_per_s * (1.0 + 0.8 * std::sin(now_seconds / 20.0 + options_.seed));
+  const double rate =
+      options_.arrival_rate_per_s * (1.0 + 0.8 * std::sin(now_seconds / 20.0 + options_.seed));
   std::poisson_distribution<int> arrivals(std::max(0.0, rate * options_.step_seconds));
   std::uniform_int_distribution<std::int64_t> input(200, 4000);
   std::uniform_int_distribution<std::int64_t> output(50, 800);
   std::uniform_int_distribution<std::int32_t> priority(0, 2);
   for (int n = arrivals(random_); n > 0; --n) {
-    waiting_.push_back(Request{input(random_), output(random_), 0, options_.priorities ? priority(random_) : 0,
-                               now_seconds});
+    waiting_.push_back(Request{input(random_), output(random_), 0,
+                               options_.priorities ? priority(random_) : 0, now_seconds});
   }
 }
 
@@ -78,7 +81,8 @@ void SimulatedScheduler::run_decode(double now_seconds) {
   std::int64_t generated = 0;
   for (Request& r : running_) {
     const double accepted = options_.speculative ? accept(random_) : 1.0;
-    const auto tokens = std::min<std::int64_t>(static_cast<std::int64_t>(accepted), r.output_tokens - r.generated);
+    const auto tokens =
+        std::min<std::int64_t>(static_cast<std::int64_t>(accepted), r.output_tokens - r.generated);
     r.generated += std::max<std::int64_t>(1, tokens);
     generated += std::max<std::int64_t>(1, tokens);
     spec_accept_tokens_ += accepted;
@@ -140,7 +144,8 @@ void SimulatedScheduler::report(shm::ReportKind kind, double now_seconds) {
   s.num_retracted_reqs = retracted_since_report_;
   retracted_since_report_ = 0;
   s.new_token_ratio = 0.4 + 0.3 * s.full_token_usage;
-  s.utilization = std::max(static_cast<double>(running_.size()) / options_.max_running_requests, s.token_usage / 0.9);
+  s.utilization =
+      std::max(static_cast<double>(running_.size()) / options_.max_running_requests, s.token_usage / 0.9);
   s.fwd_occupancy = running_.empty() ? 0 : 60 + 35 * s.full_token_usage;
   s.is_cuda_graph = kind == shm::ReportKind::kDecode ? 1 : 0;
 
@@ -152,8 +157,12 @@ void SimulatedScheduler::report(shm::ReportKind kind, double now_seconds) {
       std::int64_t waiting = 0;
       for (const Request& r : running_) running += r.priority == p ? 1 : 0;
       for (const Request& r : waiting_) waiting += r.priority == p ? 1 : 0;
-      if (running > 0) entries[n++] = shm::PriorityCount{p, static_cast<std::uint8_t>(shm::QueueId::kRunning), 0, 0, running};
-      if (waiting > 0) entries[n++] = shm::PriorityCount{p, static_cast<std::uint8_t>(shm::QueueId::kWaiting), 0, 0, waiting};
+      if (running > 0)
+        entries[n++] =
+            shm::PriorityCount{p, static_cast<std::uint8_t>(shm::QueueId::kRunning), 0, 0, running};
+      if (waiting > 0)
+        entries[n++] =
+            shm::PriorityCount{p, static_cast<std::uint8_t>(shm::QueueId::kWaiting), 0, 0, waiting};
     }
   }
   reporter_.report_scheduler(s, std::span<const shm::PriorityCount>(entries, n));

@@ -14,8 +14,8 @@
 namespace rankstat::example {
 
 struct SimulationOptions {
-  double arrival_rate_per_s = 20;   // mean request arrivals per second (varies over time)
-  double step_seconds = 0.02;       // wall time per scheduler step
+  double arrival_rate_per_s = 20;  // mean request arrivals per second (varies over time)
+  double step_seconds = 0.02;      // wall time per scheduler step
   std::int64_t max_total_tokens = 200'000;
   std::int32_t max_running_requests = 64;
   int decode_log_interval = 10;

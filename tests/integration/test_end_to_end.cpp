@@ -21,8 +21,8 @@ std::unique_ptr<ChildProcess> start_writer(const TempDir& shm, const std::vector
                                            const std::string& out_path) {
   std::vector<std::string> argv = {binary_path("tests/integration/rankstat_test_writer")};
   argv.insert(argv.end(), args.begin(), args.end());
-  return std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{{"RANKSTAT_SHM_DIR", shm.path()}},
-                                        out_path);
+  return std::make_unique<ChildProcess>(
+      argv, std::map<std::string, std::string>{{"RANKSTAT_SHM_DIR", shm.path()}}, out_path);
 }
 
 std::string scrape(DaemonUnderTest& daemon) {
@@ -44,9 +44,9 @@ void require_promtool_clean(const std::string& exposition, const TempDir& dir) {
   std::string line;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
-    const bool sglang_naming = line.rfind("sglang:", 0) == 0 &&
-                               (line.find("should not contain ':'") != std::string::npos ||
-                                line.find("abbreviated units") != std::string::npos);
+    const bool sglang_naming =
+        line.rfind("sglang:", 0) == 0 && (line.find("should not contain ':'") != std::string::npos ||
+                                          line.find("abbreviated units") != std::string::npos);
     INFO("finding: " << line);
     CHECK(sglang_naming);
   }
@@ -60,18 +60,20 @@ TEST_CASE("writer ranks feed the daemon and each rank gets its own series with S
   std::vector<std::unique_ptr<ChildProcess>> writers;
   // Two ranks start before the daemon, two after: both kinds must be picked up.
   for (int rank = 0; rank < 2; ++rank) {
-    writers.push_back(start_writer(shm,
-                                   {"--tp=0", "--dp=" + std::to_string(rank), "--running=" + std::to_string(10 + rank),
-                                    "--queue=" + std::to_string(rank), "--events=" + std::to_string(5 * (rank + 1))},
-                                   scratch.path() + "/w" + std::to_string(rank) + ".out"));
+    writers.push_back(
+        start_writer(shm,
+                     {"--tp=0", "--dp=" + std::to_string(rank), "--running=" + std::to_string(10 + rank),
+                      "--queue=" + std::to_string(rank), "--events=" + std::to_string(5 * (rank + 1))},
+                     scratch.path() + "/w" + std::to_string(rank) + ".out"));
   }
   REQUIRE(wait_until([&] { return shm.list().size() == 2; }, 10s));
   DaemonUnderTest daemon(shm.path());
   for (int rank = 2; rank < 4; ++rank) {
-    writers.push_back(start_writer(shm,
-                                   {"--tp=0", "--dp=" + std::to_string(rank), "--running=" + std::to_string(10 + rank),
-                                    "--queue=" + std::to_string(rank), "--events=" + std::to_string(5 * (rank + 1))},
-                                   "/dev/null"));
+    writers.push_back(
+        start_writer(shm,
+                     {"--tp=0", "--dp=" + std::to_string(rank), "--running=" + std::to_string(10 + rank),
+                      "--queue=" + std::to_string(rank), "--events=" + std::to_string(5 * (rank + 1))},
+                     "/dev/null"));
   }
   std::string text;
   REQUIRE(wait_until(
@@ -108,7 +110,8 @@ TEST_CASE("writer ranks feed the daemon and each rank gets its own series with S
   CHECK(daemon.stop() == 0);
 }
 
-TEST_CASE("metrics are served at the telemetry path with the 0.0.4 content type, gzip when asked, no redirect") {
+TEST_CASE(
+    "metrics are served at the telemetry path with the 0.0.4 content type, gzip when asked, no redirect") {
   TempDir shm;
   auto writer = start_writer(shm, {"--running=3"}, "/dev/null");
   DaemonUnderTest daemon(shm.path());

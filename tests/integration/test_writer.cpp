@@ -20,7 +20,9 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--exit", exit_mode)->check(CLI::IsMember({"clean", "abandon"}));
   app.add_flag("--priorities", priorities);
   app.add_option("--gauge", gauges, "FAMILY:MODE:VALUE, MODE as prometheus_client names it (repeatable)");
-  app.add_option("--counter-every-ms", counter_every_ms, "While holding, add 1 to the test counter this often");
+  app.add_option("--counter-every-ms", counter_every_ms,
+                 "While holding, add 1 to the test counter this often");
   app.add_option("--rank-key", rank_key, "Segment name suffix (default: derived from the ranks)");
   app.add_flag("--stall", stall, "After publishing, stop heartbeating (a rank stuck in a long step)");
   CLI11_PARSE(app, argc, argv);
@@ -87,12 +90,13 @@ int main(int argc, char** argv) {
     ++events_total;
     reporter.histogram_observe(histogram, 0.5 * (i % 4));
   }
-  static constexpr const char* kModes[] = {"all",     "liveall", "sum",        "livesum",       "min",
-                                           "livemin", "max",     "livemax",    "mostrecent", "livemostrecent"};
+  static constexpr const char* kModes[] = {"all",     "liveall", "sum",     "livesum",    "min",
+                                           "livemin", "max",     "livemax", "mostrecent", "livemostrecent"};
   for (const std::string& spec : gauges) {
     // The family itself may contain colons (sglang:...): MODE and VALUE are the last two fields.
     const auto second = spec.rfind(':');
-    const auto first = second == std::string::npos || second == 0 ? std::string::npos : spec.rfind(':', second - 1);
+    const auto first =
+        second == std::string::npos || second == 0 ? std::string::npos : spec.rfind(':', second - 1);
     if (first == std::string::npos || second == std::string::npos) {
       std::fprintf(stderr, "bad --gauge %s\n", spec.c_str());
       return 2;
@@ -122,7 +126,8 @@ int main(int argc, char** argv) {
   const rankstat::shm::PriorityCount entries[] = {
       {1, static_cast<std::uint8_t>(rankstat::shm::QueueId::kRunning), 0, 0, running}};
   const std::span<const rankstat::shm::PriorityCount> priority_span =
-      priorities ? std::span<const rankstat::shm::PriorityCount>(entries) : std::span<const rankstat::shm::PriorityCount>();
+      priorities ? std::span<const rankstat::shm::PriorityCount>(entries)
+                 : std::span<const rankstat::shm::PriorityCount>();
   reporter.report_scheduler(s, priority_span);
   std::printf("ready\n");
   std::fflush(stdout);
@@ -136,7 +141,8 @@ int main(int argc, char** argv) {
     if (elapsed < flood_seconds) {
       const auto t0 = std::chrono::steady_clock::now();
       reporter.report_scheduler(s, priority_span);
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+      const auto ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
       max_append_ns = std::max<std::uint64_t>(max_append_ns, static_cast<std::uint64_t>(ns.count()));
       ++appends;
       reporter.counter_add(counter, 1);
@@ -151,7 +157,8 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  std::printf("appends=%llu dropped=%llu max_append_ns=%llu events=%llu\n", static_cast<unsigned long long>(appends),
+  std::printf("appends=%llu dropped=%llu max_append_ns=%llu events=%llu\n",
+              static_cast<unsigned long long>(appends),
               static_cast<unsigned long long>(reporter.dropped_records()),
               static_cast<unsigned long long>(max_append_ns), static_cast<unsigned long long>(events_total));
   std::fflush(stdout);

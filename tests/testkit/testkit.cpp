@@ -48,12 +48,14 @@ TempDir::~TempDir() {
 
 std::vector<std::string> TempDir::list() const {
   std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(path_)) names.push_back(entry.path().filename());
+  for (const auto& entry : std::filesystem::directory_iterator(path_))
+    names.push_back(entry.path().filename());
   std::sort(names.begin(), names.end());
   return names;
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra_env,
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& extra_env,
                            const std::string& stdout_path) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -116,14 +118,16 @@ std::optional<int> ChildProcess::wait_for(std::chrono::milliseconds timeout) {
 namespace {
 
 bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   if (left.count() <= 0) return false;
   pollfd p{fd, events, 0};
   return ::poll(&p, 1, static_cast<int>(left.count())) == 1;
 }
 
 std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
 
@@ -150,7 +154,8 @@ std::optional<HttpResponse> http_get(const std::string& host, int port, const st
   if (rc != 0) {
     int err = 0;
     socklen_t len = sizeof err;
-    if (!wait_fd(fd, POLLOUT, deadline) || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    if (!wait_fd(fd, POLLOUT, deadline) || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
+        err != 0) {
       ::close(fd);
       return std::nullopt;
     }
@@ -236,8 +241,12 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-std::string binary_path(const std::string& relative) { return std::string(RANKSTAT_BINARY_DIR) + "/" + relative; }
-std::string source_path(const std::string& relative) { return std::string(RANKSTAT_SOURCE_DIR) + "/" + relative; }
+std::string binary_path(const std::string& relative) {
+  return std::string(RANKSTAT_BINARY_DIR) + "/" + relative;
+}
+std::string source_path(const std::string& relative) {
+  return std::string(RANKSTAT_SOURCE_DIR) + "/" + relative;
+}
 
 int run_command(const std::string& command, std::string* output) {
   std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
@@ -329,8 +338,8 @@ WriterProcess::WriterProcess(const std::string& shm_dir, const std::vector<std::
   out_path_ = out_dir_.path() + "/writer.out";
   std::vector<std::string> argv = {binary_path("tests/integration/rankstat_test_writer")};
   argv.insert(argv.end(), args.begin(), args.end());
-  process_ = std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{{"RANKSTAT_SHM_DIR", shm_dir}},
-                                            out_path_);
+  process_ = std::make_unique<ChildProcess>(
+      argv, std::map<std::string, std::string>{{"RANKSTAT_SHM_DIR", shm_dir}}, out_path_);
 }
 
 bool WriterProcess::wait_ready(std::chrono::milliseconds timeout) {

@@ -79,7 +79,8 @@ class DaemonUnderTest {
   explicit DaemonUnderTest(const std::string& shm_dir, const std::vector<std::string>& extra_args = {});
   int port() const { return port_; }
   ChildProcess& process() { return *process_; }
-  std::optional<HttpResponse> get(const std::string& target, const std::map<std::string, std::string>& headers = {});
+  std::optional<HttpResponse> get(const std::string& target,
+                                  const std::map<std::string, std::string>& headers = {});
   std::string log() const { return read_file(log_path_); }
   // SIGTERM, then waits for exit; returns the exit status.
   std::optional<int> stop();

@@ -24,9 +24,9 @@ extern "C" {
 #define RANKSTAT_ERR_NO_SPACE 2         /* the shm directory is full: retry later */
 #define RANKSTAT_ERR_PERMISSION 3
 #define RANKSTAT_ERR_IO 4
-#define RANKSTAT_ERR_RING_FULL 5 /* record dropped and counted; the daemon is slow or absent */
-#define RANKSTAT_ERR_OVERSIZE 6  /* record larger than the segment allows; dropped and counted */
-#define RANKSTAT_ERR_CLOSED 7    /* NULL or closed reporter */
+#define RANKSTAT_ERR_RING_FULL 5     /* record dropped and counted; the daemon is slow or absent */
+#define RANKSTAT_ERR_OVERSIZE 6      /* record larger than the segment allows; dropped and counted */
+#define RANKSTAT_ERR_CLOSED 7        /* NULL or closed reporter */
 #define RANKSTAT_ERR_REGISTRY_FULL 8 /* the cumulative block has no room for another series */
 
 #define RANKSTAT_ROLE_SCHEDULER 1
@@ -63,11 +63,11 @@ typedef struct rankstat_identity {
   const char* rank_key;    /* segment name suffix; default derived from the ranks (or pid) */
   const char* model_name;  /* served_model_name */
   const char* engine_type; /* "unified", "prefill", "decode"; default "unified" */
-  int32_t tp_rank, pp_rank, dp_rank, moe_ep_rank; /* dp_rank RANKSTAT_RANK_UNSET: no dp_rank label */
+  int32_t tp_rank, pp_rank, dp_rank, moe_ep_rank;   /* dp_rank RANKSTAT_RANK_UNSET: no dp_rank label */
   int32_t attn_tp_rank, attn_dp_rank, attn_cp_rank; /* RANKSTAT_RANK_UNSET: derived from tp/dp */
   int32_t tp_size, pp_size, dp_size;
-  uint32_t flags;                        /* RANKSTAT_FLAG_* */
-  uint32_t extra_label_count;            /* SGLang's extra_metric_labels */
+  uint32_t flags;             /* RANKSTAT_FLAG_* */
+  uint32_t extra_label_count; /* SGLang's extra_metric_labels */
   const char* const* extra_label_names;
   const char* const* extra_label_values;
 } rankstat_identity;
@@ -86,7 +86,8 @@ void rankstat_identity_init(rankstat_identity* identity);
 
 /* Creates this rank's segment in $RANKSTAT_SHM_DIR (default /dev/shm). `geometry` may be NULL. On
  * failure *out is NULL and the code says why (RANKSTAT_ERR_NO_SPACE: retry later). */
-int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry, rankstat_reporter** out);
+int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry,
+                  rankstat_reporter** out);
 
 /* Segment permissions for rankstat_open_ex; zero or NULL fields take the defaults. Set struct_size to
  * sizeof(rankstat_permissions). */
@@ -118,9 +119,11 @@ int rankstat_heartbeat(rankstat_reporter* reporter);
 
 /* Series in the cumulative block. Labels are parallel arrays of names and values. */
 int rankstat_register_counter(rankstat_reporter* reporter, const char* family, uint32_t label_count,
-                              const char* const* label_names, const char* const* label_values, uint32_t* out_id);
-int rankstat_register_gauge(rankstat_reporter* reporter, const char* family, uint32_t mode, uint32_t label_count,
-                            const char* const* label_names, const char* const* label_values, uint32_t* out_id);
+                              const char* const* label_names, const char* const* label_values,
+                              uint32_t* out_id);
+int rankstat_register_gauge(rankstat_reporter* reporter, const char* family, uint32_t mode,
+                            uint32_t label_count, const char* const* label_names,
+                            const char* const* label_values, uint32_t* out_id);
 int rankstat_register_histogram(rankstat_reporter* reporter, const char* family, uint32_t label_count,
                                 const char* const* label_names, const char* const* label_values,
                                 const double* bounds, uint32_t bound_count, uint32_t* out_id);

@@ -79,13 +79,14 @@ class Reporter {
   Status register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id) noexcept;
   Status register_gauge(std::string_view family, shm::GaugeMode mode, const shm::LabelPairs& labels,
                         std::uint32_t& id) noexcept;
-  Status register_histogram(std::string_view family, const shm::LabelPairs& labels, std::span<const double> bounds,
-                            std::uint32_t& id) noexcept;
+  Status register_histogram(std::string_view family, const shm::LabelPairs& labels,
+                            std::span<const double> bounds, std::uint32_t& id) noexcept;
 
   Status counter_add(std::uint32_t id, double delta) noexcept;
   Status gauge_set(std::uint32_t id, double value) noexcept;
   Status histogram_observe(std::uint32_t id, double value) noexcept;
-  Status histogram_observe_many(std::uint32_t id, double value, std::uint64_t count, double sum_delta) noexcept;
+  Status histogram_observe_many(std::uint32_t id, double value, std::uint64_t count,
+                                double sum_delta) noexcept;
 
   std::uint64_t dropped_records() const noexcept { return ring_.dropped_records(); }
   std::uint64_t records_written() const noexcept { return ring_.records_written(); }

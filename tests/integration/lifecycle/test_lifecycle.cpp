@@ -42,14 +42,17 @@ double total(const std::string& text, const std::string& family) {
 std::string rank_state(DaemonUnderTest& daemon, const std::string& dp) {
   const std::string text = scrape(daemon);
   for (const char* state : {"LIVE", "STALLED", "DEAD", "CLOSED"}) {
-    if (value_of(text, "rankstat_rank_state", {"dp" + dp + "\"", std::string("state=\"") + state + "\""}) == 1.0) {
+    if (value_of(text, "rankstat_rank_state", {"dp" + dp + "\"", std::string("state=\"") + state + "\""}) ==
+        1.0) {
       return state;
     }
   }
   return "ABSENT";
 }
 
-bool eventually(const std::function<bool()>& condition) { return wait_until(condition, 10s); }
+bool eventually(const std::function<bool()>& condition) {
+  return wait_until(condition, 10s);
+}
 
 }  // namespace
 
@@ -66,7 +69,7 @@ TEST_CASE("a killed rank is detected as DEAD within a second and its counters st
   CHECK(std::chrono::steady_clock::now() - killed_at < 1s);
   const std::string text = scrape(daemon);
   CHECK(value_of(text, "sglang:test_events_total") == Approx(7));
-  CHECK_FALSE(value_of(text, "sglang:test_live").has_value());  // livesum: gone with the process
+  CHECK_FALSE(value_of(text, "sglang:test_live").has_value());   // livesum: gone with the process
   CHECK(value_of(text, "sglang:num_running_reqs").has_value());  // mostrecent: the last value stays
 }
 
@@ -93,8 +96,8 @@ TEST_CASE("a restarted rank's counters continue from its predecessor's totals an
   double last = 0;
   std::uint64_t expected = 0;
   for (int incarnation = 0; incarnation < 3; ++incarnation) {
-    WriterProcess writer(shm.path(), {"--dp=0", "--events=10", "--counter-every-ms=2", "--gauge=sglang:test_mr:mostrecent:" +
-                                                                                         std::to_string(incarnation)});
+    WriterProcess writer(shm.path(), {"--dp=0", "--events=10", "--counter-every-ms=2",
+                                      "--gauge=sglang:test_mr:mostrecent:" + std::to_string(incarnation)});
     REQUIRE(writer.wait_ready());
     REQUIRE(eventually([&] {
       const std::string text = scrape(daemon);
@@ -160,11 +163,12 @@ TEST_CASE("a segment whose pid now belongs to another process is DEAD (pid reuse
 
 TEST_CASE("every gauge mode aggregates live, dead and restarted ranks like prometheus_client") {
   TempDir shm;
-  const std::vector<std::string> modes = {"all",     "liveall", "sum",        "livesum",       "min",
-                                          "livemin", "max",     "livemax",    "mostrecent", "livemostrecent"};
+  const std::vector<std::string> modes = {"all",     "liveall", "sum",     "livesum",    "min",
+                                          "livemin", "max",     "livemax", "mostrecent", "livemostrecent"};
   auto gauge_args = [&](int dp, double value) {
     std::vector<std::string> args = {"--dp=" + std::to_string(dp), "--hold-seconds=30"};
-    for (const auto& m : modes) args.push_back("--gauge=sglang:test_" + m + ":" + m + ":" + std::to_string(value));
+    for (const auto& m : modes)
+      args.push_back("--gauge=sglang:test_" + m + ":" + m + ":" + std::to_string(value));
     return args;
   };
   // Two processes of one engine that share a label set (same ranks), each with its own segment, as
@@ -201,7 +205,7 @@ TEST_CASE("every gauge mode aggregates live, dead and restarted ranks like prome
     return samples_of(text, "sglang:test_liveall").size() == 1;
   }));
   CHECK(samples_of(text, "sglang:test_all").size() == 2);  // kept for the grace period
-  CHECK(v("sum") == Approx(3));                             // a dead process stays in sum
+  CHECK(v("sum") == Approx(3));                            // a dead process stays in sum
   CHECK(v("livesum") == Approx(1));
   CHECK(v("max") == Approx(2));
   CHECK(v("livemax") == Approx(1));
@@ -239,7 +243,8 @@ TEST_CASE("a mostrecent gauge that was never set is absent, not 0") {
   CHECK(writer.stop() == 0);
 }
 
-TEST_CASE("a dead rank's per-process series leave after the grace period and its counters are retired intact") {
+TEST_CASE(
+    "a dead rank's per-process series leave after the grace period and its counters are retired intact") {
   TempDir shm;
   TempDir state("rankstat-state");
   WriterProcess writer(shm.path(), {"--dp=0", "--events=9", "--gauge=sglang:test_pp:all:4"});
@@ -261,7 +266,8 @@ TEST_CASE("a dead rank's per-process series leave after the grace period and its
 TEST_CASE("a daemon restart in the middle of traffic loses no counter value and double counts nothing") {
   TempDir shm;
   TempDir state("rankstat-state");
-  const std::vector<std::string> daemon_flags = flags({"--liveness.dead-grace=200ms", "--state.dir=" + state.path()});
+  const std::vector<std::string> daemon_flags =
+      flags({"--liveness.dead-grace=200ms", "--state.dir=" + state.path()});
   std::uint64_t finished_events = 0;
   double last_seen = 0;
   auto check_monotonic = [&](DaemonUnderTest& d) {
@@ -280,7 +286,8 @@ TEST_CASE("a daemon restart in the middle of traffic loses no counter value and 
         daemon->process().signal(SIGKILL);  // the daemon dies mid-traffic ...
         REQUIRE(daemon->process().wait_for(5s).has_value());
         daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);  // ... and comes back
-        REQUIRE(eventually([&] { return value_of(scrape(*daemon), "sglang:test_events_total").has_value(); }));
+        REQUIRE(
+            eventually([&] { return value_of(scrape(*daemon), "sglang:test_events_total").has_value(); }));
         check_monotonic(*daemon);
       }
       REQUIRE(writer.stop() == 0);
@@ -289,12 +296,14 @@ TEST_CASE("a daemon restart in the middle of traffic loses no counter value and 
       REQUIRE(eventually([&] { return shm.list().empty(); }));
       check_monotonic(*daemon);
     }
-    REQUIRE(eventually([&] { return value_of(scrape(*daemon), "sglang:test_events_total") == Approx(finished_events); }));
+    REQUIRE(eventually(
+        [&] { return value_of(scrape(*daemon), "sglang:test_events_total") == Approx(finished_events); }));
     daemon->process().signal(SIGKILL);
     daemon->process().wait_for(5s);
   }
   DaemonUnderTest restarted(shm.path(), daemon_flags);
-  CHECK(value_of(scrape(restarted), "sglang:test_events_total") == Approx(static_cast<double>(finished_events)));
+  CHECK(value_of(scrape(restarted), "sglang:test_events_total") ==
+        Approx(static_cast<double>(finished_events)));
 }
 
 TEST_CASE("two engine instances with the same rank numbers never mix") {
@@ -364,7 +373,8 @@ TEST_CASE("temporaries left by writers that died while creating a segment are sw
   std::ofstream(young) << "being built";
   DaemonUnderTest daemon(shm.path(), flags({}));
   REQUIRE(eventually([&] {
-    return value_of(scrape(daemon), "rankstat_generation_events_total", {"event=\"temporary_swept\""}) == Approx(1);
+    return value_of(scrape(daemon), "rankstat_generation_events_total", {"event=\"temporary_swept\""}) ==
+           Approx(1);
   }));
   CHECK(access(leftover.c_str(), F_OK) != 0);
   CHECK(access(young.c_str(), F_OK) == 0);  // may still be in creation: too young to judge

@@ -58,12 +58,12 @@ struct Series {
 Series register_three(rankstat_reporter* reporter) {
   Series s;
   const double bounds[] = {0.01, 0.1, 1};
-  REQUIRE(rankstat_register_counter(reporter, "sglang:prompt_tokens_total", 0, nullptr, nullptr, &s.counter) ==
-          RANKSTAT_OK);
+  REQUIRE(rankstat_register_counter(reporter, "sglang:prompt_tokens_total", 0, nullptr, nullptr,
+                                    &s.counter) == RANKSTAT_OK);
   REQUIRE(rankstat_register_gauge(reporter, "sglang:http_requests_active", RANKSTAT_MODE_LIVESUM, 0, nullptr,
                                   nullptr, &s.gauge) == RANKSTAT_OK);
-  REQUIRE(rankstat_register_histogram(reporter, "sglang:inter_token_latency_seconds", 0, nullptr, nullptr, bounds,
-                                      3, &s.histogram) == RANKSTAT_OK);
+  REQUIRE(rankstat_register_histogram(reporter, "sglang:inter_token_latency_seconds", 0, nullptr, nullptr,
+                                      bounds, 3, &s.histogram) == RANKSTAT_OK);
   return s;
 }
 
@@ -110,7 +110,8 @@ Read read_back(const TempDir& dir, const Series& s) {
 
 }  // namespace
 
-TEST_CASE("rankstat_apply_updates applies counter, gauge and histogram updates in one call", "[c_api][batch]") {
+TEST_CASE("rankstat_apply_updates applies counter, gauge and histogram updates in one call",
+          "[c_api][batch]") {
   TempDir dir;
   ShmDirEnv env(dir.path());
   ReporterHandle reporter = open_reporter();
@@ -142,10 +143,10 @@ TEST_CASE("rankstat_apply_updates skips bad entries, applies the rest and report
   const Series s = register_three(reporter.get());
   const rankstat_update updates[] = {
       op(RANKSTAT_OP_COUNTER_ADD, s.counter, 1),
-      op(RANKSTAT_OP_COUNTER_ADD, s.gauge, 1),  // wrong kind
-      op(99, s.counter, 1),                     // unknown op
+      op(RANKSTAT_OP_COUNTER_ADD, s.gauge, 1),     // wrong kind
+      op(99, s.counter, 1),                        // unknown op
       op(RANKSTAT_OP_COUNTER_ADD, s.counter, -5),  // counters never decrease
-      op(RANKSTAT_OP_GAUGE_SET, 1000, 1),       // no such series
+      op(RANKSTAT_OP_GAUGE_SET, 1000, 1),          // no such series
       op(RANKSTAT_OP_COUNTER_ADD, s.counter, 2),
   };
   std::uint32_t applied = 0;
@@ -190,7 +191,8 @@ TEST_CASE("The aux fields, routing-key bounds and entry sizes describe the snaps
   std::uint32_t type = 0;
   std::uint32_t count = 0;
   std::vector<std::string> names;
-  for (std::uint32_t i = 0; rankstat_scheduler_aux_field(i, &name, &offset, &type, &count) == RANKSTAT_OK; ++i) {
+  for (std::uint32_t i = 0; rankstat_scheduler_aux_field(i, &name, &offset, &type, &count) == RANKSTAT_OK;
+       ++i) {
     names.emplace_back(name);
     if (names.back() == "report_kind") {
       CHECK(offset == offsetof(shm::SchedulerSnapshot, report_kind));
@@ -209,8 +211,8 @@ TEST_CASE("The aux fields, routing-key bounds and entry sizes describe the snaps
       CHECK((type == 4 && count == shm::kRoutingKeyBins));
     }
   }
-  CHECK(names == std::vector<std::string>{"report_kind", "priority_count", "groups", "routing_key_running_req_counts",
-                                          "routing_key_all_req_counts"});
+  CHECK(names == std::vector<std::string>{"report_kind", "priority_count", "groups",
+                                          "routing_key_running_req_counts", "routing_key_all_req_counts"});
   CHECK(rankstat_scheduler_aux_field(5, &name, nullptr, nullptr, nullptr) == RANKSTAT_ERR_INVALID_ARGUMENT);
 
   const double* bounds = nullptr;

@@ -108,7 +108,8 @@ TEST_CASE("counters are summed per label set over every contributor") {
   CHECK(f[0].metric[1].counter.value == 1);
 }
 
-TEST_CASE("histograms are summed bucket by bucket and made cumulative with a +Inf bucket equal to the count") {
+TEST_CASE(
+    "histograms are summed bucket by bucket and made cumulative with a +Inf bucket equal to the count") {
   FamilySet set;
   set.add_histogram("h", "h", {}, {1, 2}, {1, 2, 3}, 10);
   set.add_histogram("h", "h", {}, {1, 2}, {0, 1, 1}, 5);
@@ -152,7 +153,8 @@ TEST_CASE("identity labels follow SGLang's order, with priority and dp_rank only
     for (const auto& x : l) s += x.name + "=" + x.value + ",";
     return s;
   };
-  CHECK(names(rankstat::identity_labels(h)) == "model_name=m,engine_type=decode,tp_rank=1,pp_rank=0,moe_ep_rank=1,");
+  CHECK(names(rankstat::identity_labels(h)) ==
+        "model_name=m,engine_type=decode,tp_rank=1,pp_rank=0,moe_ep_rank=1,");
   h.flags = rankstat::shm::kFlagPriorityScheduling;
   h.dp_rank = 2;
   const rankstat::shm::LabelPairs extra = {{"cluster", "a"}};

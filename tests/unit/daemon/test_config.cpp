@@ -16,8 +16,8 @@ TEST_CASE("durations accept ms, s, m and h suffixes and refuse anything else") {
 }
 
 TEST_CASE("flags follow the exporter conventions and keep their defaults") {
-  const char* argv[] = {"rankstatd", "--web.listen-address=127.0.0.1:0", "--shm.dir=/tmp/x", "--log.level=debug",
-                        "--shm.poll-interval=5ms"};
+  const char* argv[] = {"rankstatd", "--web.listen-address=127.0.0.1:0", "--shm.dir=/tmp/x",
+                        "--log.level=debug", "--shm.poll-interval=5ms"};
   auto parsed = rankstat::parse_config(5, argv);
   REQUIRE(parsed.config);
   CHECK(parsed.config->listen_address == "127.0.0.1:0");

@@ -55,7 +55,8 @@ void report(Reporter& reporter, int dp_rank) {
   s.cache_hit_rate = 0;
   REQUIRE(reporter.report_scheduler(s, priorities) == Status::kOk);
   std::uint32_t tokens = 0;
-  REQUIRE(reporter.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, tokens) == Status::kOk);
+  REQUIRE(reporter.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, tokens) ==
+          Status::kOk);
   REQUIRE(reporter.counter_add(tokens, 100.0 * (dp_rank + 1)) == Status::kOk);
   std::uint32_t latency = 0;
   const double bounds[] = {0.1, 0.5, 1};
@@ -63,8 +64,7 @@ void report(Reporter& reporter, int dp_rank) {
   REQUIRE(reporter.histogram_observe(latency, 0.05) == Status::kOk);
   REQUIRE(reporter.histogram_observe(latency, 0.7) == Status::kOk);
   std::uint32_t timeouts = 0;
-  REQUIRE(reporter.register_counter("sglang:num_retracted_requests_total", {}, timeouts) ==
-          Status::kOk);
+  REQUIRE(reporter.register_counter("sglang:num_retracted_requests_total", {}, timeouts) == Status::kOk);
   REQUIRE(reporter.counter_add(timeouts, 1) == Status::kOk);
 }
 
@@ -105,7 +105,8 @@ TEST_CASE("the engine exposition matches the golden file") {
   text = normalise_pids(text);
 
   const std::string golden_path = testkit::source_path("tests/golden/engine_metrics.prom");
-  if (const char* update = std::getenv("RANKSTAT_UPDATE_GOLDEN"); update != nullptr && std::string(update) == "1") {
+  if (const char* update = std::getenv("RANKSTAT_UPDATE_GOLDEN");
+      update != nullptr && std::string(update) == "1") {
     std::ofstream(golden_path) << text;
   }
   const std::string golden = testkit::read_file(golden_path);

@@ -113,7 +113,8 @@ inline CumulativeRegion cumulative_region(std::uint8_t* base, const CumulativeGe
   return region;
 }
 
-inline void store_f64(std::uint64_t& word, double value, std::memory_order order = std::memory_order_relaxed) {
+inline void store_f64(std::uint64_t& word, double value,
+                      std::memory_order order = std::memory_order_relaxed) {
   shared(word).store(std::bit_cast<std::uint64_t>(value), order);
 }
 inline double load_f64(std::uint64_t& word, std::memory_order order = std::memory_order_relaxed) {
@@ -138,15 +139,17 @@ class CumulativeWriter {
 
   // Registers a series; on success `out_index` names it for the update calls. `bounds` are the finite
   // upper bounds of a histogram, strictly increasing (the +Inf bucket is implicit).
-  RegisterStatus register_series(SeriesKind kind, GaugeMode mode, std::string_view family, const LabelPairs& labels,
-                                 std::span<const double> bounds, std::uint32_t& out_index, std::uint32_t flags = 0) {
+  RegisterStatus register_series(SeriesKind kind, GaugeMode mode, std::string_view family,
+                                 const LabelPairs& labels, std::span<const double> bounds,
+                                 std::uint32_t& out_index, std::uint32_t flags = 0) {
     if (!is_valid_metric_name(family) || bounds.size() > kMaxHistogramBuckets ||
         (kind != SeriesKind::kHistogram && !bounds.empty()) ||
         static_cast<std::uint8_t>(mode) >= kGaugeModeCount) {
       return fail(RegisterStatus::kInvalid);
     }
     for (std::size_t i = 0; i < bounds.size(); ++i) {
-      if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) return fail(RegisterStatus::kInvalid);
+      if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
+        return fail(RegisterStatus::kInvalid);
     }
     const auto bucket_count = static_cast<std::uint16_t>(bounds.size());
     const std::uint32_t words = series_value_words(kind, bucket_count);
@@ -213,7 +216,8 @@ class CumulativeWriter {
     const std::uint64_t seq = shared(words[0]).load(std::memory_order_relaxed);
     shared(words[0]).store(seq + 1, std::memory_order_relaxed);
     std::uint64_t& bucket_word = words[1 + bucket];
-    shared(bucket_word).store(shared(bucket_word).load(std::memory_order_relaxed) + count, std::memory_order_release);
+    shared(bucket_word)
+        .store(shared(bucket_word).load(std::memory_order_relaxed) + count, std::memory_order_release);
     std::uint64_t& sum_word = words[1 + n + 1];
     store_f64(sum_word, load_f64(sum_word) + sum_delta, std::memory_order_release);
     shared(words[0]).store(seq + 2, std::memory_order_release);
@@ -260,7 +264,8 @@ struct SeriesValue {
 class CumulativeReader {
  public:
   CumulativeReader() = default;
-  CumulativeReader(CumulativeRegion region, CumulativeGeometry geometry) : region_(region), geometry_(geometry) {}
+  CumulativeReader(CumulativeRegion region, CumulativeGeometry geometry)
+      : region_(region), geometry_(geometry) {}
 
   std::uint32_t published_series() const {
     const std::uint32_t n = shared(region_.header->series_count).load(std::memory_order_acquire);
@@ -273,7 +278,8 @@ class CumulativeReader {
     SeriesDescriptor d;
     std::memcpy(&d, &region_.descriptors[index], sizeof d);
     SeriesInfo info;
-    if (d.kind < 1 || d.kind > 3 || d.gauge_mode >= kGaugeModeCount || d.bucket_count > kMaxHistogramBuckets) {
+    if (d.kind < 1 || d.kind > 3 || d.gauge_mode >= kGaugeModeCount ||
+        d.bucket_count > kMaxHistogramBuckets) {
       return std::nullopt;
     }
     info.kind = static_cast<SeriesKind>(d.kind);
@@ -295,7 +301,8 @@ class CumulativeReader {
       info.bounds.resize(d.bucket_count);
       for (std::uint16_t i = 0; i < d.bucket_count; ++i) {
         info.bounds[i] = region_.bounds[d.bounds_offset + i];
-        if (!std::isfinite(info.bounds[i]) || (i > 0 && !(info.bounds[i] > info.bounds[i - 1]))) return std::nullopt;
+        if (!std::isfinite(info.bounds[i]) || (i > 0 && !(info.bounds[i] > info.bounds[i - 1])))
+          return std::nullopt;
       }
     }
     return info;
@@ -319,7 +326,8 @@ class CumulativeReader {
         const std::size_t n = info.bounds.size() + 1;
         out.counts.resize(n);
         out.consistent = read_stable(words, [&] {
-          for (std::size_t i = 0; i < n; ++i) out.counts[i] = shared(words[1 + i]).load(std::memory_order_acquire);
+          for (std::size_t i = 0; i < n; ++i)
+            out.counts[i] = shared(words[1 + i]).load(std::memory_order_acquire);
           out.sum = load_f64(words[1 + n], std::memory_order_acquire);
         });
         return;

@@ -59,7 +59,7 @@ enum class Role : std::uint32_t {
 };
 
 // Identity flags (SegmentHeader::flags).
-inline constexpr std::uint32_t kFlagPriorityScheduling = 1u << 0;  // add the priority label
+inline constexpr std::uint32_t kFlagPriorityScheduling = 1u << 0;    // add the priority label
 inline constexpr std::uint32_t kFlagAllSchedulersMetrics = 1u << 1;  // every rank exports, not just attn_tp 0
 inline constexpr std::uint32_t kFlagDpAttention = 1u << 2;
 
@@ -67,62 +67,63 @@ inline constexpr std::uint32_t kFlagDpAttention = 1u << 2;
 // group B (producer) and group C (consumer) are the only fields that change afterwards.
 struct SegmentHeader {
   // --- group A: identity and geometry, immutable after the magic is published ---
-  std::uint64_t magic;                // 0: kMagic, stored last (release)
-  std::uint16_t layout_major;         // 8
-  std::uint16_t layout_minor;         // 10
-  std::uint32_t header_bytes;         // 12: kHeaderBytes
-  std::uint64_t layout_hash;          // 16: kLayoutHash of the writer's build
-  std::uint64_t segment_bytes;        // 24: must equal the file size
-  std::uint32_t state;                // 32: SegmentState; atomic (release on change)
-  std::uint32_t role;                 // 36: Role
-  std::uint32_t pid;                  // 40: getpid() of the writer at creation
-  std::uint32_t flags;                // 44: kFlag*
-  std::uint64_t pid_start_ticks;      // 48: field 22 of /proc/<pid>/stat; pid alone is reused
-  std::uint64_t generation;           // 56: random nonce per incarnation
-  std::uint64_t created_realtime_ns;  // 64: wall clock, for humans only
-  std::uint64_t created_monotonic_ns; // 72: CLOCK_MONOTONIC
-  std::int32_t tp_rank;               // 80: kRankUnset when not applicable
-  std::int32_t pp_rank;               // 84
-  std::int32_t dp_rank;               // 88: kRankUnset -> no dp_rank label
-  std::int32_t moe_ep_rank;           // 92
-  std::int32_t attn_tp_rank;          // 96
-  std::int32_t attn_dp_rank;          // 100
-  std::int32_t attn_cp_rank;          // 104
-  std::int32_t tp_size;               // 108
-  std::int32_t pp_size;               // 112
-  std::int32_t dp_size;               // 116
-  std::uint32_t reserved_a0;          // 120
-  std::uint32_t reserved_a1;          // 124
-  std::uint64_t ring_offset;          // 128: from the start of the segment
-  std::uint64_t ring_bytes;           // 136: power of two
-  std::uint64_t cumulative_offset;    // 144
-  std::uint64_t cumulative_bytes;     // 152
-  std::uint32_t max_record_bytes;     // 160: largest record the writer will append
-  std::uint32_t reserved_a2;          // 164
-  std::uint8_t reserved_a3[24];       // 168
-  char instance[kInstanceBytes];      // 192: NUL-terminated [A-Za-z0-9_-]
-  char model_name[kModelNameBytes];   // 256: NUL-terminated UTF-8
-  char engine_type[kEngineTypeBytes]; // 384: "unified" | "prefill" | "decode" | ...
-  char rank_key[kRankKeyBytes];       // 416: last component of the segment name
-  char extra_labels[kExtraLabelsBytes]; // 448: "name\0value\0name\0value\0\0"
-  std::uint8_t reserved_a4[64];       // 960
+  std::uint64_t magic;                   // 0: kMagic, stored last (release)
+  std::uint16_t layout_major;            // 8
+  std::uint16_t layout_minor;            // 10
+  std::uint32_t header_bytes;            // 12: kHeaderBytes
+  std::uint64_t layout_hash;             // 16: kLayoutHash of the writer's build
+  std::uint64_t segment_bytes;           // 24: must equal the file size
+  std::uint32_t state;                   // 32: SegmentState; atomic (release on change)
+  std::uint32_t role;                    // 36: Role
+  std::uint32_t pid;                     // 40: getpid() of the writer at creation
+  std::uint32_t flags;                   // 44: kFlag*
+  std::uint64_t pid_start_ticks;         // 48: field 22 of /proc/<pid>/stat; pid alone is reused
+  std::uint64_t generation;              // 56: random nonce per incarnation
+  std::uint64_t created_realtime_ns;     // 64: wall clock, for humans only
+  std::uint64_t created_monotonic_ns;    // 72: CLOCK_MONOTONIC
+  std::int32_t tp_rank;                  // 80: kRankUnset when not applicable
+  std::int32_t pp_rank;                  // 84
+  std::int32_t dp_rank;                  // 88: kRankUnset -> no dp_rank label
+  std::int32_t moe_ep_rank;              // 92
+  std::int32_t attn_tp_rank;             // 96
+  std::int32_t attn_dp_rank;             // 100
+  std::int32_t attn_cp_rank;             // 104
+  std::int32_t tp_size;                  // 108
+  std::int32_t pp_size;                  // 112
+  std::int32_t dp_size;                  // 116
+  std::uint32_t reserved_a0;             // 120
+  std::uint32_t reserved_a1;             // 124
+  std::uint64_t ring_offset;             // 128: from the start of the segment
+  std::uint64_t ring_bytes;              // 136: power of two
+  std::uint64_t cumulative_offset;       // 144
+  std::uint64_t cumulative_bytes;        // 152
+  std::uint32_t max_record_bytes;        // 160: largest record the writer will append
+  std::uint32_t reserved_a2;             // 164
+  std::uint8_t reserved_a3[24];          // 168
+  char instance[kInstanceBytes];         // 192: NUL-terminated [A-Za-z0-9_-]
+  char model_name[kModelNameBytes];      // 256: NUL-terminated UTF-8
+  char engine_type[kEngineTypeBytes];    // 384: "unified" | "prefill" | "decode" | ...
+  char rank_key[kRankKeyBytes];          // 416: last component of the segment name
+  char extra_labels[kExtraLabelsBytes];  // 448: "name\0value\0name\0value\0\0"
+  std::uint8_t reserved_a4[64];          // 960
 
   // --- group B: producer-owned (bytes 1024..1279) ---
-  std::uint64_t tail;                 // 1024: bytes ever committed to the ring; release store = publication
-  std::uint64_t records_written;      // 1032: records accepted (== next sequence number)
-  std::uint64_t dropped_records;      // 1040: records refused because the ring was full
-  std::uint64_t heartbeat_ns;         // 1048: CLOCK_MONOTONIC of the last append or heartbeat
-  std::uint64_t oversize_records;     // 1056: records refused because they exceed max_record_bytes
-  std::uint64_t closed;               // 1064: 1 after a clean exit (release); the writer appends no more
-  std::uint64_t latest_record_position[kMaxRecordTypes];  // 1072: ring position of the newest record per type, +1 (0 = none)
-  std::uint8_t reserved_b1[144];      // 1136
+  std::uint64_t tail;              // 1024: bytes ever committed to the ring; release store = publication
+  std::uint64_t records_written;   // 1032: records accepted (== next sequence number)
+  std::uint64_t dropped_records;   // 1040: records refused because the ring was full
+  std::uint64_t heartbeat_ns;      // 1048: CLOCK_MONOTONIC of the last append or heartbeat
+  std::uint64_t oversize_records;  // 1056: records refused because they exceed max_record_bytes
+  std::uint64_t closed;            // 1064: 1 after a clean exit (release); the writer appends no more
+  std::uint64_t latest_record_position[kMaxRecordTypes];  // 1072: ring position of the newest record per
+                                                          // type, +1 (0 = none)
+  std::uint8_t reserved_b1[144];                          // 1136
 
   // --- group C: consumer-owned (bytes 1280..1535) ---
-  std::uint64_t head;                 // 1280: bytes consumed; release store after copying out
-  std::uint64_t consumer_heartbeat_ns;// 1288: CLOCK_MONOTONIC of the consumer's last drain
-  std::uint32_t consumer_pid;         // 1296
-  std::uint32_t reserved_c0;          // 1300
-  std::uint8_t reserved_c1[232];      // 1304
+  std::uint64_t head;                   // 1280: bytes consumed; release store after copying out
+  std::uint64_t consumer_heartbeat_ns;  // 1288: CLOCK_MONOTONIC of the consumer's last drain
+  std::uint32_t consumer_pid;           // 1296
+  std::uint32_t reserved_c0;            // 1300
+  std::uint8_t reserved_c1[232];        // 1304
 
   std::uint8_t reserved_tail[kHeaderBytes - 1536];  // room for minor versions to append
 };
@@ -182,11 +183,11 @@ static_assert(kConsumerGroupOffset - kProducerGroupOffset >= 2 * kCacheGroupByte
 // align_up(length, kRecordAlignment). A record that would cross the end of the ring is preceded by a
 // padding record covering the rest of the ring, so every record is contiguous.
 struct RecordHeader {
-  std::uint32_t length;         // 0: header + payload bytes
-  std::uint16_t type;           // 4: RecordType
-  std::uint16_t type_version;   // 6: per-type version; readers skip versions they do not know
-  std::uint64_t sequence;       // 8: dense over accepted records of this segment (padding excluded)
-  std::uint64_t timestamp_ns;   // 16: CLOCK_MONOTONIC at append; orders mostrecent across ranks
+  std::uint32_t length;        // 0: header + payload bytes
+  std::uint16_t type;          // 4: RecordType
+  std::uint16_t type_version;  // 6: per-type version; readers skip versions they do not know
+  std::uint64_t sequence;      // 8: dense over accepted records of this segment (padding excluded)
+  std::uint64_t timestamp_ns;  // 16: CLOCK_MONOTONIC at append; orders mostrecent across ranks
 };
 static_assert(sizeof(RecordHeader) == 24);
 static_assert(offsetof(RecordHeader, length) == 0);
@@ -209,7 +210,9 @@ constexpr std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);
 }
 
-constexpr bool is_power_of_two(std::uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
+constexpr bool is_power_of_two(std::uint64_t value) {
+  return value != 0 && (value & (value - 1)) == 0;
+}
 
 // --- the cumulative block ------------------------------------------------------------------------------
 //
@@ -219,16 +222,16 @@ constexpr bool is_power_of_two(std::uint64_t value) { return value != 0 && (valu
 // 8-byte words updated with relaxed atomic stores; gauges and histograms carry a per-series sequence
 // word (even = stable) so a reader gets a consistent (value, timestamp) or (buckets, sum).
 struct CumulativeHeader {
-  std::uint32_t series_capacity;      // 0: number of SeriesDescriptor slots
-  std::uint32_t bounds_capacity;      // 4: number of f64 bucket bounds
-  std::uint32_t values_capacity;      // 8: number of 8-byte value words
-  std::uint32_t reserved0;            // 12
-  std::uint8_t reserved1[48];         // 16
-  std::uint32_t series_count;         // 64: published descriptors (release store by the writer)
-  std::uint32_t bounds_used;          // 68: informational
-  std::uint32_t values_used;          // 72: informational
-  std::uint32_t registration_failures;// 76: series the writer could not add (block full, bad name)
-  std::uint8_t reserved2[48];         // 80
+  std::uint32_t series_capacity;        // 0: number of SeriesDescriptor slots
+  std::uint32_t bounds_capacity;        // 4: number of f64 bucket bounds
+  std::uint32_t values_capacity;        // 8: number of 8-byte value words
+  std::uint32_t reserved0;              // 12
+  std::uint8_t reserved1[48];           // 16
+  std::uint32_t series_count;           // 64: published descriptors (release store by the writer)
+  std::uint32_t bounds_used;            // 68: informational
+  std::uint32_t values_used;            // 72: informational
+  std::uint32_t registration_failures;  // 76: series the writer could not add (block full, bad name)
+  std::uint8_t reserved2[48];           // 80
 };
 static_assert(sizeof(CumulativeHeader) == 128);
 static_assert(offsetof(CumulativeHeader, series_capacity) == 0);
@@ -269,14 +272,14 @@ inline constexpr std::uint32_t kSeriesLabelBytes = 144;
 inline constexpr std::uint16_t kMaxHistogramBuckets = 64;
 
 struct SeriesDescriptor {
-  std::uint8_t kind;                    // 0: SeriesKind
-  std::uint8_t gauge_mode;              // 1: GaugeMode (gauges only)
-  std::uint16_t bucket_count;           // 2: finite bucket bounds (histograms only)
-  std::uint32_t values_offset;          // 4: first value word, index into the values area
-  std::uint32_t bounds_offset;          // 8: first bound, index into the bounds area
-  std::uint32_t flags;                  // 12: kSeries* bits
-  char family[kFamilyNameBytes];        // 16: metric family name, NUL-terminated
-  char labels[kSeriesLabelBytes];       // 112: "name\0value\0...\0" (empty list = "\0")
+  std::uint8_t kind;               // 0: SeriesKind
+  std::uint8_t gauge_mode;         // 1: GaugeMode (gauges only)
+  std::uint16_t bucket_count;      // 2: finite bucket bounds (histograms only)
+  std::uint32_t values_offset;     // 4: first value word, index into the values area
+  std::uint32_t bounds_offset;     // 8: first bound, index into the bounds area
+  std::uint32_t flags;             // 12: kSeries* bits
+  char family[kFamilyNameBytes];   // 16: metric family name, NUL-terminated
+  char labels[kSeriesLabelBytes];  // 112: "name\0value\0...\0" (empty list = "\0")
 };
 static_assert(sizeof(SeriesDescriptor) == 256);
 static_assert(offsetof(SeriesDescriptor, kind) == 0);
@@ -311,7 +314,9 @@ struct CumulativeGeometry {
   constexpr std::uint64_t bounds_offset() const {
     return descriptors_offset() + std::uint64_t{series_capacity} * sizeof(SeriesDescriptor);
   }
-  constexpr std::uint64_t values_offset() const { return bounds_offset() + std::uint64_t{bounds_capacity} * 8; }
+  constexpr std::uint64_t values_offset() const {
+    return bounds_offset() + std::uint64_t{bounds_capacity} * 8;
+  }
   constexpr std::uint64_t total_bytes() const {
     return align_up(values_offset() + std::uint64_t{values_capacity} * 8, kHeaderBytes);
   }

@@ -20,8 +20,8 @@ inline constexpr std::string_view kTemporaryMarker = ".tmp.";
 inline bool is_valid_name_component(std::string_view part) {
   if (part.empty() || part.size() > 47) return false;
   for (char c : part) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -59,8 +59,8 @@ inline std::string segment_name(std::string_view instance, Role role, std::strin
 // Rank key of a scheduler rank, e.g. "tp1-pp0-ep1-dp0"; the dp part only when dp_rank is set.
 inline std::string scheduler_rank_key(std::int32_t tp_rank, std::int32_t pp_rank, std::int32_t moe_ep_rank,
                                       std::int32_t dp_rank) {
-  std::string key = "tp" + std::to_string(tp_rank) + "-pp" + std::to_string(pp_rank) + "-ep" +
-                    std::to_string(moe_ep_rank);
+  std::string key =
+      "tp" + std::to_string(tp_rank) + "-pp" + std::to_string(pp_rank) + "-ep" + std::to_string(moe_ep_rank);
   if (dp_rank != kRankUnset) key += "-dp" + std::to_string(dp_rank);
   return key;
 }

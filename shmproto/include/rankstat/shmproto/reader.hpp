@@ -28,9 +28,9 @@ namespace rankstat::shm {
 
 enum class RejectReason : std::uint8_t {
   kNone = 0,
-  kNotReady,        // magic not yet written: retry later; not an error
-  kOpenFailed,      // open/fstat/mmap failed (permissions, vanished)
-  kTooSmall,        // smaller than a header page
+  kNotReady,    // magic not yet written: retry later; not an error
+  kOpenFailed,  // open/fstat/mmap failed (permissions, vanished)
+  kTooSmall,    // smaller than a header page
   kBadMagic,
   kMajorMismatch,   // incompatible layout major
   kLayoutMismatch,  // same major and minor, different layout hash: a broken build
@@ -85,18 +85,20 @@ inline RejectReason validate_header(const SegmentHeader& h, std::uint64_t file_b
   }
   if (h.layout_major != kLayoutMajor) {
     message = "segment layout " + format_version(h.layout_major, h.layout_minor, h.layout_hash) +
-              " is incompatible with this reader's " + format_version(kLayoutMajor, kLayoutMinor, kLayoutHash) +
-              ": the layout major must match";
+              " is incompatible with this reader's " +
+              format_version(kLayoutMajor, kLayoutMinor, kLayoutHash) + ": the layout major must match";
     return RejectReason::kMajorMismatch;
   }
   if (h.layout_minor == kLayoutMinor && h.layout_hash != kLayoutHash) {
     message = "segment layout " + format_version(h.layout_major, h.layout_minor, h.layout_hash) +
-              " has the same version as this reader's " + format_version(kLayoutMajor, kLayoutMinor, kLayoutHash) +
+              " has the same version as this reader's " +
+              format_version(kLayoutMajor, kLayoutMinor, kLayoutHash) +
               " but a different layout hash: writer and reader were built from incompatible sources";
     return RejectReason::kLayoutMismatch;
   }
   if (h.header_bytes != kHeaderBytes || h.segment_bytes != file_bytes) {
-    message = "header says " + std::to_string(h.segment_bytes) + " bytes, file has " + std::to_string(file_bytes);
+    message =
+        "header says " + std::to_string(h.segment_bytes) + " bytes, file has " + std::to_string(file_bytes);
     return RejectReason::kBadSize;
   }
   const bool ring_ok = is_power_of_two(h.ring_bytes) && h.ring_bytes >= kMinRingBytes &&
@@ -120,7 +122,8 @@ inline RejectReason validate_header(const SegmentHeader& h, std::uint64_t file_b
   }
   const bool role_ok = h.role >= static_cast<std::uint32_t>(Role::kScheduler) &&
                        h.role <= static_cast<std::uint32_t>(Role::kOther);
-  if (!role_ok || !is_terminated(h.instance, sizeof h.instance) || !is_terminated(h.model_name, sizeof h.model_name) ||
+  if (!role_ok || !is_terminated(h.instance, sizeof h.instance) ||
+      !is_terminated(h.model_name, sizeof h.model_name) ||
       !is_terminated(h.engine_type, sizeof h.engine_type) || !is_terminated(h.rank_key, sizeof h.rank_key) ||
       !decode_label_pairs(h.extra_labels, sizeof h.extra_labels)) {
     message = "identity fields are malformed (role " + std::to_string(h.role) + ")";
@@ -130,7 +133,8 @@ inline RejectReason validate_header(const SegmentHeader& h, std::uint64_t file_b
 }
 
 // The cumulative block's own geometry, validated against the bytes the header gives it.
-inline bool read_cumulative_geometry(const std::uint8_t* block, std::uint64_t block_bytes, CumulativeGeometry& out) {
+inline bool read_cumulative_geometry(const std::uint8_t* block, std::uint64_t block_bytes,
+                                     CumulativeGeometry& out) {
   CumulativeHeader header;
   std::memcpy(&header, block, sizeof header);
   out = CumulativeGeometry{header.series_capacity, header.bounds_capacity, header.values_capacity};
@@ -202,10 +206,11 @@ inline OpenedSegment open_segment(const std::string& path, bool consumer) {
   std::memcpy(&out.identity, &live, kProducerGroupOffset);
   out.reason = validate_header(out.identity, file_bytes, out.message);
   if (out.reason == RejectReason::kNone &&
-      !read_cumulative_geometry(out.file.bytes() + out.identity.cumulative_offset, out.identity.cumulative_bytes,
-                                out.cumulative_geometry)) {
+      !read_cumulative_geometry(out.file.bytes() + out.identity.cumulative_offset,
+                                out.identity.cumulative_bytes, out.cumulative_geometry)) {
     out.reason = RejectReason::kBadGeometry;
-    out.message = "cumulative block capacities exceed its " + std::to_string(out.identity.cumulative_bytes) + " bytes";
+    out.message =
+        "cumulative block capacities exceed its " + std::to_string(out.identity.cumulative_bytes) + " bytes";
   }
   if (out.reason != RejectReason::kNone) {
     out.message = path + ": " + out.message;

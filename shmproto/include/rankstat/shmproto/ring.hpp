@@ -30,8 +30,12 @@ inline std::atomic_ref<T> shared(T& field) {
 class RingWriter {
  public:
   RingWriter() = default;
-  RingWriter(SegmentHeader* header, std::uint8_t* ring, std::uint64_t ring_bytes, std::uint32_t max_record_bytes)
-      : header_(header), ring_(ring), ring_bytes_(ring_bytes), mask_(ring_bytes - 1),
+  RingWriter(SegmentHeader* header, std::uint8_t* ring, std::uint64_t ring_bytes,
+             std::uint32_t max_record_bytes)
+      : header_(header),
+        ring_(ring),
+        ring_bytes_(ring_bytes),
+        mask_(ring_bytes - 1),
         max_record_bytes_(max_record_bytes) {
     // A reopened writer would resume from the published state; a fresh segment starts at zero.
     tail_ = shared(header_->tail).load(std::memory_order_relaxed);
@@ -61,7 +65,8 @@ class RingWriter {
     if (tail_ + required - head_cache_ > ring_bytes_) {
       head_cache_ = shared(header_->head).load(std::memory_order_acquire);
       // head beyond tail, or more than a ring behind, can only be garbage: treat as full.
-      if (head_cache_ > tail_ || tail_ - head_cache_ > ring_bytes_ || tail_ + required - head_cache_ > ring_bytes_) {
+      if (head_cache_ > tail_ || tail_ - head_cache_ > ring_bytes_ ||
+          tail_ + required - head_cache_ > ring_bytes_) {
         shared(header_->dropped_records).store(++dropped_, std::memory_order_relaxed);
         status = AppendStatus::kFull;
         return nullptr;
@@ -119,8 +124,8 @@ class RingWriter {
     return AppendStatus::kOk;
   }
 
-  AppendStatus append(RecordType type, std::uint16_t type_version, const void* payload, std::uint32_t payload_bytes,
-                      std::uint64_t timestamp_ns) {
+  AppendStatus append(RecordType type, std::uint16_t type_version, const void* payload,
+                      std::uint32_t payload_bytes, std::uint64_t timestamp_ns) {
     return append(type, type_version, std::span(static_cast<const std::uint8_t*>(payload), payload_bytes), {},
                   timestamp_ns);
   }
@@ -165,7 +170,11 @@ class RingReader {
  public:
   RingReader() = default;
   RingReader(SegmentHeader* header, const std::uint8_t* ring, std::uint64_t ring_bytes, bool publish_head)
-      : header_(header), ring_(ring), ring_bytes_(ring_bytes), mask_(ring_bytes - 1), publish_head_(publish_head) {
+      : header_(header),
+        ring_(ring),
+        ring_bytes_(ring_bytes),
+        mask_(ring_bytes - 1),
+        publish_head_(publish_head) {
     head_ = shared(header_->head).load(std::memory_order_acquire);
   }
 
@@ -211,7 +220,8 @@ class RingReader {
         break;
       }
       std::memcpy(scratch_, ring_ + index + sizeof(RecordHeader), payload_bytes);
-      if (have_sequence_ && record.sequence > next_sequence_) stats.sequence_gaps += record.sequence - next_sequence_;
+      if (have_sequence_ && record.sequence > next_sequence_)
+        stats.sequence_gaps += record.sequence - next_sequence_;
       have_sequence_ = true;
       next_sequence_ = record.sequence + 1;
       const std::uint64_t slot = align_up(record.length, kRecordAlignment);

@@ -48,11 +48,11 @@ inline constexpr std::uint8_t kQueueIdCount = 6;
 inline constexpr std::uint8_t kPriorityIsNone = 1u << 0;  // SGLang's priority=None requests
 
 struct PriorityCount {
-  std::int32_t priority;  // 0
-  std::uint8_t queue;     // 4: QueueId
-  std::uint8_t flags;     // 5: kPriorityIsNone
-  std::uint16_t reserved; // 6
-  std::int64_t count;     // 8
+  std::int32_t priority;   // 0
+  std::uint8_t queue;      // 4: QueueId
+  std::uint8_t flags;      // 5: kPriorityIsNone
+  std::uint16_t reserved;  // 6
+  std::int64_t count;      // 8
 };
 static_assert(sizeof(PriorityCount) == 16);
 static_assert(offsetof(PriorityCount, priority) == 0);
@@ -72,68 +72,69 @@ struct SchedulerSnapshot {
   std::uint64_t groups;          // 8: kGroup* bits present in this report
 
   // Basics
-  std::int64_t num_running_reqs;         // 16: total over priorities
-  std::int64_t num_queue_reqs;           // 24
-  std::int64_t num_grammar_queue_reqs;   // 32
-  double gen_throughput;                 // 40: tokens/s, decode-owned
-  double cache_hit_rate;                 // 48: prefill-owned
-  std::int64_t decode_sum_seq_lens;      // 56
+  std::int64_t num_running_reqs;        // 16: total over priorities
+  std::int64_t num_queue_reqs;          // 24
+  std::int64_t num_grammar_queue_reqs;  // 32
+  double gen_throughput;                // 40: tokens/s, decode-owned
+  double cache_hit_rate;                // 48: prefill-owned
+  std::int64_t decode_sum_seq_lens;     // 56
   // Pool usage
-  double token_usage;                    // 64: max over full / SWA / mamba
-  double full_token_usage;               // 72
-  double swa_token_usage;                // 80
-  double mamba_usage;                    // 88
-  std::int64_t num_used_tokens;          // 96
-  std::int64_t kv_available_tokens;      // 104
-  std::int64_t kv_evictable_tokens;      // 112
-  std::int64_t kv_used_tokens;           // 120
-  std::int64_t swa_available_tokens;     // 128
-  std::int64_t swa_evictable_tokens;     // 136
-  std::int64_t swa_used_tokens;          // 144
-  std::int64_t mamba_available_tokens;   // 152
-  std::int64_t mamba_evictable_tokens;   // 160
-  std::int64_t mamba_used_tokens;        // 168
+  double token_usage;                   // 64: max over full / SWA / mamba
+  double full_token_usage;              // 72
+  double swa_token_usage;               // 80
+  double mamba_usage;                   // 88
+  std::int64_t num_used_tokens;         // 96
+  std::int64_t kv_available_tokens;     // 104
+  std::int64_t kv_evictable_tokens;     // 112
+  std::int64_t kv_used_tokens;          // 120
+  std::int64_t swa_available_tokens;    // 128
+  std::int64_t swa_evictable_tokens;    // 136
+  std::int64_t swa_used_tokens;         // 144
+  std::int64_t mamba_available_tokens;  // 152
+  std::int64_t mamba_evictable_tokens;  // 160
+  std::int64_t mamba_used_tokens;       // 168
   // Speculative decoding
-  double spec_accept_length;             // 176
-  double spec_accept_rate;               // 184
-  double spec_cap_length;                // 192
-  double spec_block_accept_length;       // 200
-  std::int64_t spec_num_steps;           // 208
-  std::int64_t spec_num_draft_tokens;    // 216
+  double spec_accept_length;           // 176
+  double spec_accept_rate;             // 184
+  double spec_cap_length;              // 192
+  double spec_block_accept_length;     // 200
+  std::int64_t spec_num_steps;         // 208
+  std::int64_t spec_num_draft_tokens;  // 216
   // Retraction (reset to 0 after each report, as SGLang does)
-  std::int64_t num_retracted_reqs;       // 224
-  std::int64_t num_paused_reqs;          // 232
+  std::int64_t num_retracted_reqs;  // 224
+  std::int64_t num_paused_reqs;     // 232
   // PD disaggregation
-  std::int64_t num_prefill_bootstrap_queue_reqs;  // 240
-  std::int64_t num_prefill_inflight_queue_reqs;   // 248
-  std::int64_t num_decode_prealloc_queue_reqs;    // 256
-  std::int64_t num_decode_transfer_queue_reqs;    // 264
-  double kv_transfer_speed_gb_s;         // 272
-  double kv_transfer_latency_ms;         // 280
-  double pending_prealloc_token_usage;   // 288
+  std::int64_t num_prefill_bootstrap_queue_reqs;     // 240
+  std::int64_t num_prefill_inflight_queue_reqs;      // 248
+  std::int64_t num_decode_prealloc_queue_reqs;       // 256
+  std::int64_t num_decode_transfer_queue_reqs;       // 264
+  double kv_transfer_speed_gb_s;                     // 272
+  double kv_transfer_latency_ms;                     // 280
+  double pending_prealloc_token_usage;               // 288
   std::int64_t num_decode_deferred_kv_release_reqs;  // 296
   // Utilisation and forward
-  double utilization;                    // 304: -1 on a PD prefill node
-  double fwd_occupancy;                  // 312: percent; NaN when the device timer is off
-  double new_token_ratio;                // 320
-  std::int64_t is_cuda_graph;            // 328
+  double utilization;          // 304: -1 on a PD prefill node
+  double fwd_occupancy;        // 312: percent; NaN when the device timer is off
+  double new_token_ratio;      // 320
+  std::int64_t is_cuda_graph;  // 328
   // LoRA
-  std::int64_t lora_pool_slots_used;     // 336
-  std::int64_t lora_pool_slots_total;    // 344
-  double lora_pool_utilization;          // 352
+  std::int64_t lora_pool_slots_used;   // 336
+  std::int64_t lora_pool_slots_total;  // 344
+  double lora_pool_utilization;        // 352
   // HiCache
-  std::int64_t hicache_host_used_tokens; // 360
-  std::int64_t hicache_host_total_tokens;// 368
+  std::int64_t hicache_host_used_tokens;   // 360
+  std::int64_t hicache_host_total_tokens;  // 368
   // Streaming sessions
-  std::int64_t num_streaming_sessions;   // 376
+  std::int64_t num_streaming_sessions;         // 376
   std::int64_t streaming_session_held_tokens;  // 384
   // Routing keys
-  std::int64_t num_unique_running_routing_keys;  // 392
+  std::int64_t num_unique_running_routing_keys;                   // 392
   std::uint64_t routing_key_running_req_counts[kRoutingKeyBins];  // 400: per-bin key counts
   std::uint64_t routing_key_all_req_counts[kRoutingKeyBins];      // 488
-};  // 576; PriorityCount entries follow
+};                                                                // 576; PriorityCount entries follow
 
-static_assert(std::is_standard_layout_v<SchedulerSnapshot> && std::is_trivially_copyable_v<SchedulerSnapshot>);
+static_assert(std::is_standard_layout_v<SchedulerSnapshot> &&
+              std::is_trivially_copyable_v<SchedulerSnapshot>);
 static_assert(sizeof(SchedulerSnapshot) == 576);
 static_assert(offsetof(SchedulerSnapshot, report_kind) == 0);
 static_assert(offsetof(SchedulerSnapshot, priority_count) == 4);
@@ -204,8 +205,10 @@ struct ScalarField {
   const char* section;  // grouping as in SchedulerStats, for display
 };
 
-#define RANKSTAT_SNAPSHOT_FIELD(field, type, group, section) \
-  ScalarField { #field, offsetof(SchedulerSnapshot, field), FieldType::type, group, section }
+#define RANKSTAT_SNAPSHOT_FIELD(field, type, group, section)                    \
+  ScalarField {                                                                 \
+#field, offsetof(SchedulerSnapshot, field), FieldType::type, group, section \
+  }
 
 inline constexpr ScalarField kSchedulerScalarFields[] = {
     RANKSTAT_SNAPSHOT_FIELD(num_running_reqs, kI64, 0, "basics"),

@@ -143,7 +143,9 @@ inline bool copy_fixed_string(std::string_view text, char* out, std::size_t capa
   return true;
 }
 
-inline std::string errno_text(int error) { return std::string(std::strerror(error)); }
+inline std::string errno_text(int error) {
+  return std::string(std::strerror(error));
+}
 
 // Removes `path` only if it names the same inode as the open `fd`, so a newer generation renamed onto
 // the name in the meantime survives. Returns true if it unlinked.
@@ -166,17 +168,18 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   const auto pid = static_cast<std::uint32_t>(getpid());
   const std::string rank_key = resolve_rank_key(identity, pid);
   if (!is_valid_name_component(identity.instance)) {
-    return fail(CreateError::kInvalidArgument, "instance id must be 1-47 characters of [A-Za-z0-9_-]: '" +
-                                                   identity.instance + "'");
+    return fail(CreateError::kInvalidArgument,
+                "instance id must be 1-47 characters of [A-Za-z0-9_-]: '" + identity.instance + "'");
   }
   if (!is_valid_name_component(rank_key)) {
-    return fail(CreateError::kInvalidArgument, "rank key must be 1-47 characters of [A-Za-z0-9_-]: '" + rank_key + "'");
+    return fail(CreateError::kInvalidArgument,
+                "rank key must be 1-47 characters of [A-Za-z0-9_-]: '" + rank_key + "'");
   }
   if (identity.role == Role::kUnknown) return fail(CreateError::kInvalidArgument, "role must be set");
   if (!is_power_of_two(g.ring_bytes) || g.ring_bytes < kMinRingBytes || g.ring_bytes > kMaxRingBytes ||
       g.max_record_bytes < sizeof(RecordHeader) || g.max_record_bytes > kMaxRecordBytes ||
-      g.max_record_bytes > g.ring_bytes / 2 || g.series_capacity > (1u << 20) || g.bounds_capacity > (1u << 24) ||
-      g.values_capacity > (1u << 24)) {
+      g.max_record_bytes > g.ring_bytes / 2 || g.series_capacity > (1u << 20) ||
+      g.bounds_capacity > (1u << 24) || g.values_capacity > (1u << 24)) {
     return fail(CreateError::kInvalidArgument,
                 "ring must be a power of two in [4 KiB, 1 GiB] holding at least two of the largest records");
   }
@@ -201,8 +204,8 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   if (options.group >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(options.group)) != 0) {
     const int e = errno;
     return abandon(e == EPERM ? CreateError::kPermission : CreateError::kIo,
-                   "cannot give " + temporary + " group " + std::to_string(options.group) + ": " + errno_text(e) +
-                       " (a process may only choose a group it is a member of)");
+                   "cannot give " + temporary + " group " + std::to_string(options.group) + ": " +
+                       errno_text(e) + " (a process may only choose a group it is a member of)");
   }
   ::fchmod(fd, options.mode);  // the umask must not take away the daemon's group access
   const std::uint64_t total = g.total_bytes();
@@ -211,7 +214,8 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
                    "cannot reserve " + std::to_string(total) + " bytes for " + path + ": " + errno_text(e));
   }
   void* address = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (address == MAP_FAILED) return abandon(CreateError::kIo, "cannot map " + temporary + ": " + errno_text(errno));
+  if (address == MAP_FAILED)
+    return abandon(CreateError::kIo, "cannot map " + temporary + ": " + errno_text(errno));
   MappedFile file(fd, address, total);
 
   SegmentHeader& h = *file.header();
