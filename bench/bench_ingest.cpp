@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       const auto start = std::chrono::steady_clock::now();
       std::uint64_t drained = 0;
       for (;;) {
-        const std::uint64_t n = registry.drain_all(rankstat::shm::monotonic_ns());
+        const std::uint64_t n = registry.drain_all(rankstat::shm::monotonic_ns()).records;
         if (n == 0) break;
         drained += n;
       }

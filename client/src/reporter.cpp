@@ -30,6 +30,14 @@ Status status_from_create_error(shm::CreateError error) {
   return Status::kIo;
 }
 
+// Copies a record payload into its ring slot. Kept out of line on purpose: for a fixed size such as a
+// scheduler snapshot, GCC expands std::memcpy into `rep movsq`, whose start-up cost and unaligned
+// destination (payloads start 24 bytes into a 64-byte slot) made it cost as much as the rest of an append;
+// glibc's vector memcpy does not (bench/bench_append.cpp, docs/performance.md).
+[[gnu::noipa]] void copy_payload(std::uint8_t* destination, const void* source, std::size_t bytes) {
+  std::memcpy(destination, source, bytes);
+}
+
 Status status_from_append(shm::AppendStatus status) {
   switch (status) {
     case shm::AppendStatus::kOk:
@@ -206,7 +214,7 @@ Status Reporter::report_scheduler(const shm::SchedulerSnapshot& snapshot,
       ring_.claim(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
                   static_cast<std::uint32_t>(sizeof snapshot + priorities.size_bytes()), appended);
   if (payload == nullptr) return status_from_append(appended);
-  std::memcpy(payload, &snapshot, sizeof snapshot);
+  copy_payload(payload, &snapshot, sizeof snapshot);
   // The record states the number of entries it really carries, whatever the caller's struct says.
   const auto count = static_cast<std::uint32_t>(priorities.size());
   std::memcpy(payload + offsetof(shm::SchedulerSnapshot, priority_count), &count, sizeof count);

@@ -39,6 +39,7 @@ namespace {
 
 struct DurationFlags {
   std::string poll = "2ms";
+  std::string poll_max = "100ms";
   std::string scan = "1s";
   std::string liveness = "250ms";
   std::string stall = "30s";
@@ -99,7 +100,12 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
       ->check(CLI::Range(1u, 100000u));
   app.add_option("--shm.dir", c.shm_dir, "Directory holding the rank segments")->capture_default_str();
   app.add_option("--shm.instance", c.instances, "Only serve these engine instances (repeatable)");
-  app.add_option("--shm.poll-interval", d.poll, "How often rings are drained")->capture_default_str();
+  app.add_option("--shm.poll-interval", d.poll,
+                 "Fastest drain interval, used while rings fill quickly or a writer drops records")
+      ->capture_default_str();
+  app.add_option("--shm.poll-interval-max", d.poll_max,
+                 "Slowest drain interval, used while rings stay nearly empty (scrapes drain first)")
+      ->capture_default_str();
   app.add_option("--shm.scan-interval", d.scan,
                  "How often the shm directory is rescanned (inotify is a hint)")
       ->capture_default_str();
@@ -137,14 +143,20 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
 
 std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
   const std::pair<const std::string*, std::chrono::milliseconds*> items[] = {
-      {&d.poll, &c.poll_interval}, {&d.scan, &c.scan_interval},    {&d.liveness, &c.liveness_interval},
-      {&d.stall, &c.stall_after},  {&d.dead_grace, &c.dead_grace}, {&d.read_timeout, &c.read_timeout}};
+      {&d.poll, &c.poll_interval},       {&d.poll_max, &c.poll_interval_max},
+      {&d.scan, &c.scan_interval},       {&d.liveness, &c.liveness_interval},
+      {&d.stall, &c.stall_after},        {&d.dead_grace, &c.dead_grace},
+      {&d.read_timeout, &c.read_timeout}};
   for (const auto& [text, out] : items) {
     const auto value = parse_duration(*text);
     if (!value || (value->count() == 0 && out != &c.dead_grace)) {
       return "invalid duration '" + *text + "' (use e.g. 5ms, 1s, 2m)";
     }
     *out = *value;
+  }
+  if (c.poll_interval_max < c.poll_interval) {
+    return "--shm.poll-interval-max (" + d.poll_max + ") is shorter than --shm.poll-interval (" + d.poll +
+           ")";
   }
   return std::nullopt;
 }
@@ -193,8 +205,9 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   }
   Config c = base;
   auto ms = [](std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; };
-  DurationFlags d{ms(base.poll_interval), ms(base.scan_interval), ms(base.liveness_interval),
-                  ms(base.stall_after),   ms(base.dead_grace),    ms(base.read_timeout)};
+  DurationFlags d{ms(base.poll_interval),     ms(base.poll_interval_max), ms(base.scan_interval),
+                  ms(base.liveness_interval), ms(base.stall_after),       ms(base.dead_grace),
+                  ms(base.read_timeout)};
   CLI::App app;
   app.allow_config_extras(CLI::config_extras_mode::ignore);
   app.set_config("--config.file", base.config_file);

@@ -17,7 +17,10 @@ struct Config {
   std::uint32_t max_connections = 64;
   std::string shm_dir = "/dev/shm";
   std::vector<std::string> instances;  // empty: every instance
+  // Bounds of the paced drain timer (poll_pacer.hpp): fastest while rings fill quickly, slowest while
+  // they stay nearly empty. Equal bounds give a fixed interval.
   std::chrono::milliseconds poll_interval{2};
+  std::chrono::milliseconds poll_interval_max{100};
   std::chrono::milliseconds scan_interval{1000};
   std::chrono::milliseconds liveness_interval{250};
   std::chrono::milliseconds stall_after{30000};

@@ -24,6 +24,7 @@
 #include "http/gzip.hpp"
 #include "http/http_server.hpp"
 #include "http/systemd_notify.hpp"
+#include "poll_pacer.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/schema.hpp"
 #include "retired_totals.hpp"
@@ -110,6 +111,7 @@ struct Daemon::State {
   RetiredTotals retired;
   SegmentRegistry registry;
   SelfMetrics self;
+  PollPacer pacer{config.poll_interval, config.poll_interval_max};
   std::unique_ptr<http::Server> server;
   asio::steady_timer poll_timer{io};
   asio::steady_timer liveness_timer{io};
@@ -127,6 +129,9 @@ struct Daemon::State {
   FamilySet engine;
   exposition::ChunkedGzip gzip{1};
   std::size_t last_body_bytes = 0;
+  // The plain body of the last uncompressed scrape, rendered into again once no connection is still
+  // sending it: at 32 ranks it is 1.7 MB, which a fresh allocation would page-fault in on every scrape.
+  std::shared_ptr<std::string> plain_body;
   std::vector<std::size_t> body_family_ends;
   bool stopping = false;
   std::optional<std::chrono::microseconds> watchdog_period;
@@ -150,11 +155,14 @@ struct Daemon::State {
       }
       auto watch = std::make_unique<asio::posix::stream_descriptor>(io, fd);
       watch->async_wait(asio::posix::stream_descriptor::wait_read,
-                        [this, key](const boost::system::error_code& ec) {
-                          if (ec || stopping) return;
+                        [this, key](const boost::system::error_code&) {
+                          if (stopping) return;
+                          // On an error too: without the watch, the /proc check takes over.
+                          registry.set_exit_watched(key.first, key.second, false);
                           exit_watches.erase(key);
                           check_liveness_now();
                         });
+      registry.set_exit_watched(key.first, key.second, true);
       exit_watches.emplace(std::move(key), std::move(watch));
     }
   }
@@ -166,15 +174,27 @@ struct Daemon::State {
   }
 
   void scan_now() {
-    registry.scan(shm::monotonic_ns());
+    if (registry.scan(shm::monotonic_ns()) > 0 && !stopping) {
+      pacer.hurry();
+      start_poll();  // replaces the pending, possibly slow, wait
+    }
     watch_exits();
   }
 
+  // Every drain of all rings (timer, scrape, API) goes through here, so the pacer sees each fill.
+  void drain_rings(std::uint64_t now_ns, bool from_timer) {
+    const DrainPass pass = registry.drain_all(now_ns);
+    self.add_records_drained(pass.records);
+    pacer.observe(now_ns, pass.fullest_fill, pass.drops, from_timer);
+  }
+
   void start_poll() {
-    poll_timer.expires_after(config.poll_interval);
+    const auto interval = pacer.interval();
+    self.set_poll_interval(std::chrono::duration<double>(interval).count());
+    poll_timer.expires_after(interval);
     poll_timer.async_wait([this](const boost::system::error_code& ec) {
       if (ec || stopping) return;
-      self.add_records_drained(registry.drain_all(shm::monotonic_ns()));
+      drain_rings(shm::monotonic_ns(), true);
       start_poll();
     });
   }
@@ -267,6 +287,7 @@ struct Daemon::State {
         registry.set_instances(config.instances);
         registry.set_dead_grace(config.dead_grace);
         registry.set_trust(config.allowed_uids, config.any_owner, config.allow_world_writable);
+        pacer.set_bounds(config.poll_interval, config.poll_interval_max);
         self.note_reload(true);
         spdlog::info("configuration reloaded");
       } else {
@@ -326,7 +347,7 @@ struct Daemon::State {
   void render_metrics(std::string& body, std::vector<std::size_t>& family_ends) {
     const auto started = std::chrono::steady_clock::now();
     const std::uint64_t now_ns = shm::monotonic_ns();
-    self.add_records_drained(registry.drain_all(now_ns));  // freshest data for this scrape
+    drain_rings(now_ns, false);  // freshest data for this scrape
     registry.refresh_cumulative();
     CollectOptions options;
     options.instance_label = config.instance_label;
@@ -369,7 +390,10 @@ struct Daemon::State {
           return r;
         }
       }
-      render_metrics(r.body, family_ends);
+      if (plain_body == nullptr || plain_body.use_count() != 1) plain_body = std::make_shared<std::string>();
+      plain_body->clear();
+      render_metrics(*plain_body, family_ends);
+      r.shared_body = plain_body;
       return r;
     }
     if (path == "/healthz") return text_response(200, "ok\n");
@@ -384,14 +408,14 @@ struct Daemon::State {
       return r;
     }
     if (path == "/api/v1/ranks") {
-      registry.drain_all(shm::monotonic_ns());
+      drain_rings(shm::monotonic_ns(), false);
       return json_response(200, ranks_json(registry, shm::monotonic_ns()));
     }
     constexpr std::string_view kRankPrefix = "/api/v1/ranks/";
     if (path.starts_with(kRankPrefix)) {
       const std::string id = path.substr(kRankPrefix.size());
       const std::uint64_t now_ns = shm::monotonic_ns();
-      registry.drain_all(now_ns);
+      drain_rings(now_ns, false);
       registry.refresh_cumulative();
       if (const RankSegment* s = registry.find_current(id)) {
         return json_response(200, boost::json::serialize(rank_detail_json(*s, now_ns)));
@@ -435,7 +459,7 @@ int Daemon::run() {
   }
   if (std::string error; !s.retired.load(error)) spdlog::error("{}", error);
   s.scan_now();
-  s.registry.drain_all(shm::monotonic_ns());
+  s.drain_rings(shm::monotonic_ns(), false);
   s.server->start();
   s.write_address_file();
   spdlog::info("rankstatd {} (shm layout {}.{}) listening on {}{}, reading {}", RANKSTAT_VERSION,

@@ -135,6 +135,7 @@ bool RankSegment::drain(std::uint64_t now_ns) {
   // Bound one pass so a flooded ring cannot starve the other segments or a scrape.
   constexpr std::uint64_t kMaxBytesPerPass = 256 * 1024;
   shm::DrainStats stats;
+  std::uint64_t dropped = dropped_seen_;
   {
     BusGuard guard(opened_.file.bytes(), opened_.file.size());
     // Each record is copied out before the callback runs, so a fault during that copy is seen here and
@@ -145,6 +146,7 @@ bool RankSegment::drain(std::uint64_t now_ns) {
         },
         kMaxBytesPerPass);
     shm::shared(opened_.file.header()->consumer_heartbeat_ns).store(now_ns, std::memory_order_relaxed);
+    dropped = shm::shared(opened_.file.header()->dropped_records).load(std::memory_order_relaxed);
     if (guard.faulted()) {
       memory_fault_ = "bus_error";
       return false;
@@ -152,6 +154,11 @@ bool RankSegment::drain(std::uint64_t now_ns) {
   }
   records_drained_ += stats.records;
   sequence_gaps_ += stats.sequence_gaps;
+  last_drain_fill_ = static_cast<double>(stats.bytes) / static_cast<double>(opened_.identity.ring_bytes);
+  // Any change counts: the value comes from shared memory and may be garbage, which at worst makes the
+  // daemon poll at its fastest.
+  dropped_before_last_drain_ = dropped != dropped_seen_;
+  dropped_seen_ = dropped;
   if (stats.status != shm::DrainStatus::kOk) {
     ring_corrupt_ = true;
     ring_status_ = stats.status;

@@ -87,6 +87,11 @@ class RankSegment {
   const std::vector<SeriesState>& series() const { return series_; }
   const std::set<SeenPriority>& seen_priorities() const { return seen_priorities_; }
 
+  // Set while the daemon holds a pidfd, verified against the writer's start time, that reports the
+  // writer's exit: the liveness pass then needs no /proc read to know the process is alive and the same.
+  bool exit_watched() const { return exit_watched_; }
+  void set_exit_watched(bool watched) { exit_watched_ = watched; }
+
   RankState state() const { return state_; }
   std::uint64_t state_since_ns() const { return state_since_ns_; }
   void set_state(RankState state, std::uint64_t now_ns);
@@ -97,6 +102,10 @@ class RankSegment {
   bool schema_conflict() const { return schema_conflict_; }
   void mark_schema_conflict() { schema_conflict_ = true; }
   std::uint64_t records_drained() const { return records_drained_; }
+  // Of the last drain(): the fraction of the ring's bytes it consumed, and whether the writer dropped a
+  // record (ring full) since the drain before (what the poll pacer steers by).
+  double last_drain_fill() const { return last_drain_fill_; }
+  bool dropped_before_last_drain() const { return dropped_before_last_drain_; }
   std::uint64_t sequence_gaps() const { return sequence_gaps_; }
   std::uint64_t malformed_records() const { return malformed_records_; }
   std::uint64_t invalid_series() const { return invalid_series_; }
@@ -130,6 +139,10 @@ class RankSegment {
   double last_cache_hit_rate_ = 0;
   double last_gen_throughput_ = 0;
   std::uint64_t last_decode_ns_ = 0;
+  bool exit_watched_ = false;
+  double last_drain_fill_ = 0;
+  bool dropped_before_last_drain_ = false;
+  std::uint64_t dropped_seen_ = 0;
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
   bool ring_corrupt_ = false;

@@ -311,12 +311,17 @@ void SegmentRegistry::check_schema(RankSegment& segment) {
   }
 }
 
-std::uint64_t SegmentRegistry::drain_all(std::uint64_t now_ns) {
-  std::uint64_t drained = 0;
+DrainPass SegmentRegistry::drain_all(std::uint64_t now_ns) {
+  DrainPass pass;
   auto drain_one = [&](RankSegment& s, const std::string&) {
     const std::uint64_t before = s.records_drained();
-    if (!s.drain(now_ns)) note_faults(s, now_ns);
-    drained += s.records_drained() - before;
+    if (!s.drain(now_ns)) {
+      note_faults(s, now_ns);
+      return;
+    }
+    pass.records += s.records_drained() - before;
+    pass.fullest_fill = std::max(pass.fullest_fill, s.last_drain_fill());
+    pass.drops = pass.drops || s.dropped_before_last_drain();
   };
   for (auto& [name, t] : tracked_) {
     if (t.current && is_live(t.current->state())) drain_one(*t.current, name);
@@ -324,7 +329,7 @@ std::uint64_t SegmentRegistry::drain_all(std::uint64_t now_ns) {
       if (is_live(p->state())) drain_one(*p, name);
     }
   }
-  return drained;
+  return pass;
 }
 
 RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::uint64_t now_ns,
@@ -334,7 +339,8 @@ RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::u
   const shm::ProducerState p = segment.producer();
   if (p.closed) return RankState::kClosed;
   const shm::SegmentHeader& h = segment.identity();
-  if (pid_visible) {
+  // A verified pidfd would already have reported an exit (or a reuse, which needs an exit first).
+  if (pid_visible && !segment.exit_watched()) {
     const auto ticks = shm::process_start_ticks(h.pid);
     if (!ticks || *ticks != h.pid_start_ticks) return RankState::kDead;  // gone, or the pid was reused
   }
@@ -461,6 +467,17 @@ std::vector<const RankSegment*> SegmentRegistry::pid_watchable() const {
     if (t.current && t.pid_visible && is_live(t.current->state())) out.push_back(t.current.get());
   }
   return out;
+}
+
+void SegmentRegistry::set_exit_watched(const std::string& name, std::uint64_t generation, bool watched) {
+  auto it = tracked_.find(name);
+  if (it == tracked_.end()) return;
+  if (it->second.current && it->second.current->identity().generation == generation) {
+    it->second.current->set_exit_watched(watched);
+  }
+  for (auto& p : it->second.previous) {
+    if (p->identity().generation == generation) p->set_exit_watched(watched);
+  }
 }
 
 bool SegmentRegistry::heartbeat_only(const RankSegment& segment) const {

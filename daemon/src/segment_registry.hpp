@@ -49,6 +49,13 @@ struct RegistryCounters {
   std::uint64_t log_lines_suppressed = 0;
 };
 
+// One drain of every ring: what the poll pacer steers by.
+struct DrainPass {
+  std::uint64_t records = 0;  // applied
+  double fullest_fill = 0;    // the largest fraction of a ring one drain consumed
+  bool drops = false;         // some writer dropped a record since its previous drain
+};
+
 struct RegistryOptions {
   std::string directory = "/dev/shm";
   std::vector<std::string> instances;  // empty: all
@@ -69,8 +76,8 @@ class SegmentRegistry {
   // Lists the directory, opens new segments and new generations, sweeps temporaries left by
   // writers that died while creating one. Returns the number of generations opened.
   int scan(std::uint64_t now_ns);
-  // Drains every ring that can still have records; returns records applied.
-  std::uint64_t drain_all(std::uint64_t now_ns);
+  // Drains every ring that can still have records.
+  DrainPass drain_all(std::uint64_t now_ns);
   // Re-evaluates LIVE / STALLED / DEAD / CLOSED for every current generation. Returns the number of
   // generations that changed state.
   int check_liveness(std::uint64_t now_ns, std::chrono::milliseconds stall_after);
@@ -88,6 +95,9 @@ class SegmentRegistry {
   const RankSegment* find_current(const std::string& id) const;
   // Live generations whose writer's pid is visible: candidates for exit notification (pidfd).
   std::vector<const RankSegment*> pid_watchable() const;
+  // Records that the daemon holds (or no longer holds) an exit notification for this generation's
+  // writer; see RankSegment::exit_watched.
+  void set_exit_watched(const std::string& name, std::uint64_t generation, bool watched);
   bool heartbeat_only(const RankSegment& segment) const;
   const RegistryCounters& counters() const { return counters_; }
   const std::string& directory() const { return options_.directory; }

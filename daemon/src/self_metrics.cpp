@@ -51,6 +51,13 @@ SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>())
            .Help("Samples the last scrape skipped because two engine instances had the same labels.")
            .Register(*registry_)
            .Add({});
+  poll_interval_ = &BuildGauge()
+                        .Name("rankstat_poll_interval_seconds")
+                        .Help(
+                            "Current delay between two timed drains of the rings; paced by how fast they "
+                            "fill, between --shm.poll-interval and --shm.poll-interval-max.")
+                        .Register(*registry_)
+                        .Add({});
   auto& reloads = BuildCounter()
                       .Name("rankstat_config_reloads_total")
                       .Help("Configuration reloads on SIGHUP, by result.")

@@ -40,6 +40,8 @@ class SelfMetrics {
     collisions_->Set(static_cast<double>(collisions));
   }
   void note_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
+  // The poll pacer's current delay between two timer drains (poll_pacer.hpp).
+  void set_poll_interval(double seconds) { poll_interval_->Set(seconds); }
 
   // The self-metric families as of now, given the segments and the HTTP server's counters.
   std::vector<prometheus::MetricFamily> collect(const SegmentRegistry& registry, const HttpCounters& http,
@@ -55,6 +57,7 @@ class SelfMetrics {
   prometheus::Gauge* collisions_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;
   prometheus::Counter* reloads_failed_ = nullptr;
+  prometheus::Gauge* poll_interval_ = nullptr;
 };
 
 }  // namespace rankstat

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "http/gzip.hpp"
 #include "rankstat/shmproto/layout.hpp"
@@ -239,4 +240,50 @@ TEST_CASE("the example engine's exposition is accepted by promtool") {
   engine.signal(SIGTERM);
   CHECK(engine.wait_for(10s) == 0);
   CHECK(daemon.stop() == 0);
+}
+
+namespace {
+
+std::uint64_t printed_count(const std::string& output, const std::string& key) {
+  const auto at = output.find(key + "=");
+  REQUIRE(at != std::string::npos);
+  return std::stoull(output.substr(at + key.size() + 1));
+}
+
+}  // namespace
+
+TEST_CASE("a writer filling its ring in 50 ms loses no record: drains are paced by how fast rings fill") {
+  // The test writer's ring is 64 KiB; 2 snapshots per ms of 640 bytes fill it in about 50 ms.
+  const std::vector<std::string> fast_writer = {"--reports-per-ms=2", "--report-seconds=2",
+                                                "--hold-seconds=60"};
+  SECTION("with the default pacing nothing is dropped, and an idle daemon slows down to its slowest pace") {
+    TempDir shm;
+    DaemonUnderTest daemon(shm.path());
+    auto interval = [&] { return value_of(scrape(daemon), "rankstat_poll_interval_seconds").value_or(-1); };
+    REQUIRE(wait_until([&] { return interval() == Approx(0.1); }, 10s));
+    WriterProcess writer(shm.path(), fast_writer);
+    REQUIRE(writer.wait_ready());
+    std::this_thread::sleep_for(1s);
+    const double busy_interval = interval();
+    INFO("interval while the writer reports: " << busy_interval << " s");
+    CHECK(busy_interval <= 0.025);
+    // Once the writer only heartbeats, nothing fills and the pacer backs off to --shm.poll-interval-max.
+    CHECK(wait_until([&] { return interval() == Approx(0.1); }, 10s));
+    REQUIRE(writer.stop() == 0);
+    const std::string output = writer.output();
+    INFO(output);
+    CHECK(printed_count(output, "appends") >= 1000);
+    CHECK(printed_count(output, "dropped") == 0);
+  }
+  SECTION("the same writer does drop against a fixed 100 ms poll (what the pacing prevents)") {
+    TempDir shm;
+    DaemonUnderTest daemon(shm.path(), {"--shm.poll-interval=100ms"});
+    WriterProcess writer(shm.path(), fast_writer);
+    REQUIRE(writer.wait_ready());
+    std::this_thread::sleep_for(2500ms);
+    REQUIRE(writer.stop() == 0);
+    const std::string output = writer.output();
+    INFO(output);
+    CHECK(printed_count(output, "dropped") > 0);
+  }
 }

@@ -3,7 +3,7 @@
 //
 //   rankstat_test_writer --instance I --tp T --dp D --running R --queue Q --events N [--flood-seconds S]
 //                        [--hold-seconds H] [--exit clean|abandon] [--gauge FAMILY:MODE:VALUE ...]
-//                        [--counter-every-ms M] [--stall]
+//                        [--counter-every-ms M] [--stall] [--reports-per-ms N --report-seconds S]
 // Prints "ready" on stdout once its values are published, and on exit a line
 // "appends=<n> dropped=<n> max_append_ns=<n> events=<n>" (events: total added to the test counter).
 #include <signal.h>
@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   int counter_every_ms = 0;
   bool stall = false;
   std::string rank_key;
+  int reports_per_ms = 0;
+  double report_seconds = 0;
   CLI::App app{"rankstat integration-test writer"};
   app.add_option("--instance", instance);
   app.add_option("--model", model);
@@ -58,6 +60,9 @@ int main(int argc, char** argv) {
                  "While holding, add 1 to the test counter this often");
   app.add_option("--rank-key", rank_key, "Segment name suffix (default: derived from the ranks)");
   app.add_flag("--stall", stall, "After publishing, stop heartbeating (a rank stuck in a long step)");
+  app.add_option("--reports-per-ms", reports_per_ms,
+                 "While holding, append this many snapshots every millisecond (a steady high rate)");
+  app.add_option("--report-seconds", report_seconds, "For this long; then hold idle");
   CLI11_PARSE(app, argc, argv);
 
   struct sigaction action {};
@@ -147,6 +152,12 @@ int main(int argc, char** argv) {
       ++appends;
       reporter.counter_add(counter, 1);
       ++events_total;
+    } else if (reports_per_ms > 0 && elapsed < report_seconds) {
+      for (int i = 0; i < reports_per_ms; ++i) {
+        reporter.report_scheduler(s, priority_span);
+        ++appends;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     } else if (counter_every_ms > 0) {
       reporter.counter_add(counter, 1);
       ++events_total;

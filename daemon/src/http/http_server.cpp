@@ -515,6 +515,10 @@ class Session : public std::enable_shared_from_this<Session> {
     return failure;
   }
 
+  static const std::string& plain_body(const Response& response) {
+    return response.shared_body != nullptr ? *response.shared_body : response.body;
+  }
+
   void prepare_response(Response response, const Request& request, unsigned version, bool keep_alive,
                         bool head_only) {
     const bool negotiable = response.compressible || response.precompressed_gzip != nullptr;
@@ -524,15 +528,21 @@ class Session : public std::enable_shared_from_this<Session> {
       shared_body_ = std::move(response.precompressed_gzip);
       gzip_encoded = true;
     } else if (client_accepts_gzip && response.compressible &&
-               response.body.size() >= kMinCompressibleBodyBytes) {
+               plain_body(response).size() >= kMinCompressibleBodyBytes) {
       try {
-        owned_body_ = gzip_compress(response.body, server_->options().gzip_level);
+        owned_body_ = gzip_compress(plain_body(response), server_->options().gzip_level);
         gzip_encoded = true;
       } catch (const std::exception& error) {
         spdlog::warn("gzip failed, sending {} uncompressed: {}", loggable(request.target), error.what());
       }
     }
-    if (!gzip_encoded) owned_body_ = std::move(response.body);
+    if (!gzip_encoded) {
+      if (response.shared_body != nullptr) {
+        shared_body_ = std::move(response.shared_body);
+      } else {
+        owned_body_ = std::move(response.body);
+      }
+    }
     const std::string& body = shared_body_ != nullptr ? *shared_body_ : owned_body_;
 
     response_ = {};

@@ -37,6 +37,9 @@ struct Response {
   unsigned status = 200;
   std::string content_type;  // e.g. "text/plain; version=0.0.4; charset=utf-8"; omitted when empty
   std::string body;          // uncompressed body
+  // Uncompressed body owned by the handler (a buffer it reuses between scrapes); sent instead of `body`
+  // when set. The handler must not modify it while anyone else holds a reference.
+  std::shared_ptr<const std::string> shared_body;
   // Let the server gzip the body when the client accepts gzip (q>0) and it is at least
   // kMinCompressibleBodyBytes long.
   bool compressible = false;

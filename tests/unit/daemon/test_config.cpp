@@ -25,6 +25,7 @@ TEST_CASE("flags follow the exporter conventions and keep their defaults") {
   CHECK(parsed.config->shm_dir == "/tmp/x");
   CHECK(parsed.config->log_level == "debug");
   CHECK(parsed.config->poll_interval == 5ms);
+  CHECK(parsed.config->poll_interval_max == 100ms);
   CHECK(parsed.config->stall_after == 30000ms);
 }
 
@@ -40,4 +41,9 @@ TEST_CASE("a bad flag value is refused with a message, not ignored") {
   CHECK(b.message.find("soon") != std::string::npos);
   const char* bad_path[] = {"rankstatd", "--web.telemetry-path=metrics"};
   CHECK_FALSE(rankstat::parse_config(2, bad_path).config);
+  const char* inverted_pacing[] = {"rankstatd", "--shm.poll-interval=50ms", "--shm.poll-interval-max=10ms"};
+  auto c = rankstat::parse_config(3, inverted_pacing);
+  CHECK_FALSE(c.config);
+  CHECK(c.message.find("--shm.poll-interval-max (10ms) is shorter than --shm.poll-interval (50ms)") !=
+        std::string::npos);
 }
