@@ -22,6 +22,17 @@ class DaemonSource final : public RankSource {
   }
 
   boost::json::array all_details() override {
+    // One request where the daemon offers it; a daemon older than `?details=1` ignores the query and
+    // answers summaries (no "details": true), so then each rank is asked for on its own.
+    if (auto bulk = get("/api/v1/ranks?details=1")) {
+      if (const auto* flag = bulk->if_contains("details");
+          flag != nullptr && flag->is_bool() && flag->as_bool()) {
+        auto* ranks = bulk->if_contains("ranks");
+        if (ranks == nullptr || !ranks->is_array())
+          throw SourceError("the daemon's rank list has no \"ranks\" array");
+        return std::move(ranks->as_array());
+      }
+    }
     boost::json::array out;
     const boost::json::object list = ranks();
     const auto* ranks = list.if_contains("ranks");

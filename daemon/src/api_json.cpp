@@ -176,12 +176,15 @@ boost::json::object rank_detail_json(const RankSegment& s, std::uint64_t now_ns)
   return o;
 }
 
-std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns) {
+std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns, bool details) {
   boost::json::object doc;
   doc["shm_dir"] = registry.directory();
   boost::json::array ranks;
-  for (const RankSegment* s : registry.current()) ranks.push_back(rank_summary_json(*s, now_ns));
+  for (const RankSegment* s : registry.current()) {
+    ranks.push_back(details ? rank_detail_json(*s, now_ns) : rank_summary_json(*s, now_ns));
+  }
   doc["ranks"] = std::move(ranks);
+  if (details) doc["details"] = true;
   boost::json::object rejected;
   const auto& c = registry.counters();
   for (int i = 1; i < shm::kRejectReasonCount; ++i) {

@@ -17,7 +17,8 @@ boost::json::object rank_summary_json(const RankSegment& segment, std::uint64_t 
 // The summary plus the latest scheduler snapshot (fields grouped by SchedulerStats section) and every
 // cumulative series.
 boost::json::object rank_detail_json(const RankSegment& segment, std::uint64_t now_ns);
-// {"ranks": [summary...], "shm_dir": ..., "rejected": {...}}
-std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns);
+// {"ranks": [summary...], "shm_dir": ..., "rejected_segments": {...}}; with `details`, every rank's detail
+// document instead of its summary and "details": true (one request for what `rankstat top` shows).
+std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns, bool details = false);
 
 }  // namespace rankstat

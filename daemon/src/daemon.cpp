@@ -72,6 +72,24 @@ std::string path_of(const std::string& target) {
   return target.substr(0, target.find('?'));
 }
 
+// True when the query string of `target` holds `name=1` or `name=true`.
+bool query_flag(const std::string& target, std::string_view name) {
+  const auto question = target.find('?');
+  if (question == std::string::npos) return false;
+  std::string_view query = std::string_view(target).substr(question + 1);
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (pair.size() > name.size() && pair.starts_with(name) && pair[name.size()] == '=') {
+      const std::string_view value = pair.substr(name.size() + 1);
+      if (value == "1" || value == "true") return true;
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return false;
+}
+
 RegistryOptions registry_options(const Config& c) {
   RegistryOptions o;
   o.directory = c.shm_dir;
@@ -408,8 +426,11 @@ struct Daemon::State {
       return r;
     }
     if (path == "/api/v1/ranks") {
-      drain_rings(shm::monotonic_ns(), false);
-      return json_response(200, ranks_json(registry, shm::monotonic_ns()));
+      const std::uint64_t now_ns = shm::monotonic_ns();
+      drain_rings(now_ns, false);
+      const bool details = query_flag(request.target, "details");
+      if (details) registry.refresh_cumulative();
+      return json_response(200, ranks_json(registry, now_ns, details));
     }
     constexpr std::string_view kRankPrefix = "/api/v1/ranks/";
     if (path.starts_with(kRankPrefix)) {

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sstream>
@@ -286,4 +287,70 @@ TEST_CASE("a writer filling its ring in 50 ms loses no record: drains are paced 
     INFO(output);
     CHECK(printed_count(output, "dropped") > 0);
   }
+}
+
+TEST_CASE("every rankstat_* family the daemon serves is documented in the operations guide") {
+  TempDir shm;
+  auto writer = start_writer(shm, {"--running=1"}, "/dev/null");
+  DaemonUnderTest daemon(shm.path());
+  REQUIRE(wait_until([&] { return value_of(scrape(daemon), "rankstat_rank_up").has_value(); }, 10s));
+  const std::string text = scrape(daemon);
+  const std::string guide = read_file(source_path("docs/operations.md"));
+  std::istringstream lines(text);
+  std::string line;
+  int families = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# TYPE rankstat_", 0) != 0) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    ++families;
+    INFO("family " << name);
+    CHECK(guide.find("| `" + name + "` |") != std::string::npos);
+  }
+  CHECK(families >= 20);
+  writer->signal(SIGTERM);
+  CHECK(writer->wait_for(10s) == 0);
+}
+
+TEST_CASE("one request with ?details=1 returns every rank's detail document, as asking for each rank does") {
+  TempDir shm;
+  std::vector<std::unique_ptr<ChildProcess>> writers;
+  for (int rank = 0; rank < 3; ++rank) {
+    writers.push_back(start_writer(
+        shm, {"--dp=" + std::to_string(rank), "--running=" + std::to_string(20 + rank), "--events=3"},
+        "/dev/null"));
+  }
+  DaemonUnderTest daemon(shm.path());
+  auto get_json = [&](const std::string& target) {
+    auto r = daemon.get(target);
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return boost::json::parse(r->body).as_object();
+  };
+  REQUIRE(wait_until([&] { return get_json("/api/v1/ranks")["ranks"].as_array().size() == 3; }, 10s));
+  const boost::json::object summaries = get_json("/api/v1/ranks");
+  CHECK(summaries.if_contains("details") == nullptr);
+  CHECK(summaries.at("ranks").as_array()[0].as_object().if_contains("scheduler") == nullptr);
+  const boost::json::object bulk = get_json("/api/v1/ranks?details=1");
+  CHECK(bulk.at("details") == true);
+  const auto& ranks = bulk.at("ranks").as_array();
+  REQUIRE(ranks.size() == 3);
+  for (const auto& entry : ranks) {
+    const auto& detail = entry.as_object();
+    const std::string id(detail.at("id").as_string());
+    INFO("rank " << id);
+    const boost::json::object single = get_json("/api/v1/ranks/" + id);
+    // Everything but the ages, which move between the two requests.
+    for (const auto& [key, value] : single) {
+      if (key == "heartbeat_age_seconds" || key == "records_per_second") continue;
+      INFO("field " << key);
+      if (key == "scheduler") {
+        CHECK(detail.at("scheduler").as_object().at("fields") == value.as_object().at("fields"));
+      } else {
+        CHECK(detail.at(key) == value);
+      }
+    }
+    CHECK(detail.size() == single.size());
+  }
+  for (auto& w : writers) w->signal(SIGTERM);
+  for (auto& w : writers) CHECK(w->wait_for(10s) == 0);
 }
