@@ -521,9 +521,10 @@ def main():
         args.cost_scrape_s, args.settle_seconds = 0.5, 0.2
     else:
         args.sizes, args.scrapes, args.repetitions = [1, 8, 32, 64, 256], 15, 3
-        # Manual time counts only the timed bursts (~1 us per iteration) while each paced iteration also
-        # sleeps ~0.1 ms: 0.005 s of timed appends is ~5000 bursts and ~1 s of wall time per repetition.
-        args.append_min_time, args.step_iterations = 0.005, 2000
+        # Manual time counts only the timed bursts (~0.5 us per iteration) while each paced iteration also
+        # sleeps (~0.15 ms here): 0.05 s of timed appends is ~100,000 bursts and ~15 s of wall time per
+        # repetition of each paced case; 0.005-0.02 s gave medians that moved by tens of percent per run.
+        args.append_min_time, args.step_iterations = 0.05, 2000
         args.cost_ranks, args.cost_seconds, args.freshness_seconds = 64, 30.0, 10.0
         args.cost_scrape_s, args.settle_seconds = 5.0, 2.0  # 5 s: SGLang's example Prometheus scrape_interval
 

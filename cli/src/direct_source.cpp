@@ -3,6 +3,11 @@
 // down and cannot disturb it when it is up. The documents it builds use the daemon's field names
 // (daemon/src/api_json.cpp) and its liveness rule (segment_registry.cpp); docs/api.md lists the few
 // fields that differ by nature (records_drained, rejected_segments, records_per_second's window).
+//
+// Like the daemon, it reads every mapping under a shm::BusGuard: a segment file truncated while it is
+// mapped (a fault, or anyone with write access) must not kill the CLI with SIGBUS. A segment whose
+// memory went missing is dropped from what is shown, counted under rejected_segments with the daemon's
+// quarantine reason ("bus_error", "truncated") and never read again in this run.
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -13,7 +18,9 @@
 #include <cstring>
 #include <map>
 #include <thread>
+#include <utility>
 
+#include "rankstat/shmproto/bus_guard.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/process.hpp"
@@ -76,11 +83,41 @@ struct Observed {
   bool seen_decode = false;
   double last_gen_throughput = 0;
   std::uint64_t last_decode_ns = 0;
+  // "bus_error" once a read of the mapping raised SIGBUS, "truncated" once the file was seen smaller
+  // than the mapping; empty while the memory is readable. Whatever was read alongside is garbage.
+  std::string_view memory_fault;
 };
+
+// A generation whose memory went missing: known by its file, so later scans (top) count it without
+// mapping it again, and forgotten once a new generation is renamed onto its name.
+struct Quarantined {
+  std::uint64_t inode = 0;
+  std::uint64_t device = 0;
+  std::string_view reason;
+};
+
+std::string memory_fault_message(const std::string& path, std::string_view reason) {
+  return path + ": the file shrank below this reader's mapping (" + std::string(reason) +
+         "); its memory is not read again";
+}
+
+// Runs `read` with o's mapping guarded against SIGBUS. Returns false without reading if the memory was
+// already found missing, and false (recording "bus_error") if it went missing during `read`.
+template <typename Read>
+bool read_guarded(Observed& o, Read&& read) {
+  if (!o.memory_fault.empty()) return false;
+  if (shm::run_bus_guarded(o.opened.file.bytes(), o.opened.file.size(), std::forward<Read>(read)))
+    return true;
+  o.memory_fault = "bus_error";
+  return false;
+}
 
 class DirectSource final : public RankSource {
  public:
-  explicit DirectSource(DirectOptions options) : options_(std::move(options)) {}
+  explicit DirectSource(DirectOptions options) : options_(std::move(options)) {
+    // Before anything is mapped; without it a truncated segment kills the CLI.
+    shm::install_bus_guard();
+  }
 
   boost::json::object ranks() override {
     scan();
@@ -88,7 +125,11 @@ class DirectSource final : public RankSource {
     boost::json::object doc;
     doc["shm_dir"] = options_.shm_dir;
     boost::json::array list;
-    for (auto& [name, observed] : observed_) list.emplace_back(summary(observed, now));
+    for (auto& [name, observed] : observed_) {
+      boost::json::object entry = summary(observed, now);
+      if (observed.memory_fault.empty()) list.emplace_back(std::move(entry));
+    }
+    quarantine_faulted();
     doc["ranks"] = std::move(list);
     boost::json::object rejected;
     for (const auto& [reason, count] : rejected_) rejected[reason] = count;
@@ -98,24 +139,37 @@ class DirectSource final : public RankSource {
 
   std::optional<boost::json::object> rank(const std::string& id) override {
     scan();
-    auto it = observed_.find(std::string(shm::kSegmentPrefix) + id);
-    if (it == observed_.end()) return std::nullopt;
-    return detail(it->second, shm::monotonic_ns());
+    const std::string name = std::string(shm::kSegmentPrefix) + id;
+    if (auto it = observed_.find(name); it != observed_.end()) {
+      boost::json::object out = detail(it->second, shm::monotonic_ns());
+      if (it->second.memory_fault.empty()) return out;
+      quarantine_faulted();
+    }
+    if (auto q = quarantined_.find(name); q != quarantined_.end()) {
+      throw SourceError("rank " + id + " cannot be read: " +
+                        memory_fault_message(options_.shm_dir + "/" + name, q->second.reason));
+    }
+    return std::nullopt;
   }
 
   boost::json::array all_details() override {
     scan();
     const std::uint64_t now = shm::monotonic_ns();
     boost::json::array out;
-    for (auto& [name, observed] : observed_) out.emplace_back(detail(observed, now));
+    for (auto& [name, observed] : observed_) {
+      boost::json::object entry = detail(observed, now);
+      if (observed.memory_fault.empty()) out.emplace_back(std::move(entry));
+    }
+    quarantine_faulted();
     return out;
   }
 
   std::string description() const override { return "direct " + options_.shm_dir; }
 
  private:
-  // Lists the directory, maps new segments and new generations read-only, forgets vanished ones, and
-  // samples the record rates. Throws SourceUnavailable when there is nothing to show.
+  // Lists the directory, maps new segments and new generations read-only, forgets vanished ones,
+  // samples the record rates and quarantines segments whose memory went missing meanwhile. Throws
+  // SourceUnavailable when there is nothing to show.
   void scan() {
     rejected_.clear();
     DIR* dir = opendir(options_.shm_dir.c_str());
@@ -131,22 +185,41 @@ class DirectSource final : public RankSource {
     closedir(dir);
     std::sort(names.begin(), names.end());
     std::map<std::string, Observed> next;
-    std::vector<std::string> messages;
+    std::map<std::string, Quarantined> still_quarantined;
+    messages_.clear();
     for (const std::string& name : names) {
       const std::string path = options_.shm_dir + "/" + name;
       struct stat st {};
       if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (auto q = quarantined_.find(name);
+          q != quarantined_.end() && q->second.inode == st.st_ino && q->second.device == st.st_dev) {
+        count_memory_fault(name, q->second.reason);
+        still_quarantined.insert(*q);
+        continue;
+      }
       auto known = observed_.find(name);
       if (known != observed_.end() && known->second.opened.inode == st.st_ino &&
           known->second.opened.device == st.st_dev) {
+        // The size by name is the size of the mapped file (same inode): a shrunk one is quarantined
+        // before anything touches the vanished pages.
+        if (static_cast<std::uint64_t>(st.st_size) < known->second.opened.file.size()) {
+          known->second.memory_fault = "truncated";
+        }
         next.emplace(name, std::move(known->second));
         continue;
       }
-      shm::OpenedSegment opened = shm::open_segment(path, /*consumer=*/false);
+      shm::OpenedSegment opened;
+      // The file may be truncated between open_segment's fstat and its reads of the header.
+      if (!shm::run_bus_guarded(nullptr, 0, [&] { opened = shm::open_segment(path, /*consumer=*/false); })) {
+        count_memory_fault(name, "bus_error");
+        still_quarantined[name] = Quarantined{static_cast<std::uint64_t>(st.st_ino),
+                                              static_cast<std::uint64_t>(st.st_dev), "bus_error"};
+        continue;
+      }
       if (opened.reason == shm::RejectReason::kNotReady) continue;  // a writer mid-creation
       if (opened.reason != shm::RejectReason::kNone) {
         ++rejected_[std::string(shm::reject_reason_name(opened.reason))];
-        messages.push_back(opened.message);
+        messages_.push_back(opened.message);
         continue;
       }
       Observed observed;
@@ -155,15 +228,38 @@ class DirectSource final : public RankSource {
       next.emplace(name, std::move(observed));
     }
     observed_ = std::move(next);
+    quarantined_ = std::move(still_quarantined);
+    sample_rates();
+    quarantine_faulted();
     if (observed_.empty()) {
       std::string what = "no rankstat segments in " + options_.shm_dir;
-      if (!messages.empty()) {
-        what += "; " + std::to_string(messages.size()) + " could not be read, e.g. " + messages.front();
+      if (!messages_.empty()) {
+        what += "; " + std::to_string(messages_.size()) + " could not be read, e.g. " + messages_.front();
         if (rejected_.count("open_failed") != 0) what += " (is this user in the engine's group?)";
       }
       throw SourceUnavailable(what);
     }
-    sample_rates();
+  }
+
+  // Counts, as rejected in this read, a segment whose memory went missing.
+  void count_memory_fault(const std::string& name, std::string_view reason) {
+    ++rejected_[std::string(reason)];
+    messages_.push_back(memory_fault_message(options_.shm_dir + "/" + name, reason));
+  }
+
+  // Moves every segment whose memory went missing out of observed_ (unmapping it) into quarantined_,
+  // and counts it as rejected in this read.
+  void quarantine_faulted() {
+    for (auto it = observed_.begin(); it != observed_.end();) {
+      const Observed& o = it->second;
+      if (o.memory_fault.empty()) {
+        ++it;
+        continue;
+      }
+      count_memory_fault(it->first, o.memory_fault);
+      quarantined_[it->first] = Quarantined{o.opened.inode, o.opened.device, o.memory_fault};
+      it = observed_.erase(it);
+    }
   }
 
   // records_per_second from two samples of records_written: the previous call's, or (first sight) one
@@ -191,8 +287,11 @@ class DirectSource final : public RankSource {
     }
   }
 
-  static shm::ProducerState producer(const Observed& o) {
-    return shm::read_producer_state(*o.opened.file.header());
+  // Producer-group fields; garbage once o.memory_fault is set (the rank is then not shown).
+  static shm::ProducerState producer(Observed& o) {
+    shm::ProducerState state;
+    read_guarded(o, [&] { state = shm::read_producer_state(*o.opened.file.header()); });
+    return state;
   }
 
   // The daemon's rule: CLOSED on a clean exit; DEAD when the writer process is gone or its pid was
@@ -209,7 +308,7 @@ class DirectSource final : public RankSource {
     return "LIVE";
   }
 
-  boost::json::object summary(const Observed& o, std::uint64_t now) const {
+  boost::json::object summary(Observed& o, std::uint64_t now) const {
     const shm::SegmentHeader& h = o.opened.identity;
     const shm::ProducerState p = producer(o);
     boost::json::object out;
@@ -269,11 +368,13 @@ class DirectSource final : public RankSource {
     const shm::SegmentHeader& h = o.opened.identity;
     shm::RecordHeader record{};
     std::int64_t bytes = -1;
-    for (int attempt = 0; attempt < kPeekAttempts && bytes < 0; ++attempt) {
-      bytes = shm::peek_latest_record(o.opened.file.header(), o.opened.ring(), h.ring_bytes,
-                                      shm::RecordType::kSchedulerSnapshot, record, payload_);
-    }
-    if (bytes < 0 || record.type_version < 1 ||
+    const bool read = read_guarded(o, [&] {
+      for (int attempt = 0; attempt < kPeekAttempts && bytes < 0; ++attempt) {
+        bytes = shm::peek_latest_record(o.opened.file.header(), o.opened.ring(), h.ring_bytes,
+                                        shm::RecordType::kSchedulerSnapshot, record, payload_);
+      }
+    });
+    if (!read || bytes < 0 || record.type_version < 1 ||
         static_cast<std::uint64_t>(bytes) < sizeof(shm::SchedulerSnapshot)) {
       return nullptr;
     }
@@ -354,7 +455,14 @@ class DirectSource final : public RankSource {
     }
   }
 
-  static boost::json::array series_json(const Observed& o) {
+  static boost::json::array series_json(Observed& o) {
+    boost::json::array out;
+    if (!read_guarded(o, [&] { out = read_series(o); })) return {};
+    return out;
+  }
+
+  // Reads the mapping: only under read_guarded.
+  static boost::json::array read_series(const Observed& o) {
     boost::json::array out;
     const shm::CumulativeReader reader(o.opened.cumulative(), o.opened.cumulative_geometry);
     const std::uint32_t published = reader.published_series();
@@ -411,8 +519,10 @@ class DirectSource final : public RankSource {
   }
 
   DirectOptions options_;
-  std::map<std::string, Observed> observed_;       // by segment file name
-  std::map<std::string, std::uint64_t> rejected_;  // by reason, in the last scan
+  std::map<std::string, Observed> observed_;        // by segment file name
+  std::map<std::string, Quarantined> quarantined_;  // by segment file name, while the file is there
+  std::map<std::string, std::uint64_t> rejected_;   // by reason, in the last scan
+  std::vector<std::string> messages_;               // why, one per rejected segment of the last scan
   alignas(8) std::array<std::uint8_t, shm::kMaxRecordBytes> payload_{};
 };
 

@@ -30,14 +30,6 @@ Status status_from_create_error(shm::CreateError error) {
   return Status::kIo;
 }
 
-// Copies a record payload into its ring slot. Kept out of line on purpose: for a fixed size such as a
-// scheduler snapshot, GCC expands std::memcpy into `rep movsq`, whose start-up cost and unaligned
-// destination (payloads start 24 bytes into a 64-byte slot) made it cost as much as the rest of an append;
-// glibc's vector memcpy does not (bench/bench_append.cpp, docs/performance.md).
-[[gnu::noipa]] void copy_payload(std::uint8_t* destination, const void* source, std::size_t bytes) {
-  std::memcpy(destination, source, bytes);
-}
-
 Status status_from_append(shm::AppendStatus status) {
   switch (status) {
     case shm::AppendStatus::kOk:
@@ -214,11 +206,18 @@ Status Reporter::report_scheduler(const shm::SchedulerSnapshot& snapshot,
       ring_.claim(shm::RecordType::kSchedulerSnapshot, shm::kSchedulerSnapshotVersion,
                   static_cast<std::uint32_t>(sizeof snapshot + priorities.size_bytes()), appended);
   if (payload == nullptr) return status_from_append(appended);
-  copy_payload(payload, &snapshot, sizeof snapshot);
+  // The sizes are hidden from the optimiser on purpose: GCC expands these copies into `rep movsq`
+  // (the snapshot's known 576 bytes, and the priorities' multiple of 16), whose start-up cost at a
+  // destination 24 bytes into a 64-byte slot made them as costly as the rest of the append; glibc's
+  // vector memcpy is not (bench/bench_append.cpp, docs/performance.md).
+  std::size_t snapshot_bytes = sizeof snapshot;
+  std::size_t priority_bytes = priorities.size_bytes();
+  asm("" : "+r"(snapshot_bytes), "+r"(priority_bytes));
+  std::memcpy(payload, &snapshot, snapshot_bytes);
   // The record states the number of entries it really carries, whatever the caller's struct says.
   const auto count = static_cast<std::uint32_t>(priorities.size());
   std::memcpy(payload + offsetof(shm::SchedulerSnapshot, priority_count), &count, sizeof count);
-  if (!priorities.empty()) std::memcpy(payload + sizeof snapshot, priorities.data(), priorities.size_bytes());
+  if (priority_bytes != 0) std::memcpy(payload + sizeof snapshot, priorities.data(), priority_bytes);
   ring_.commit(shm::coarse_monotonic_ns());
   return Status::kOk;
 }

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bus_guard.hpp"
+#include "rankstat/shmproto/bus_guard.hpp"
 
 namespace rankstat {
 
@@ -28,7 +28,7 @@ std::string_view rank_state_name(RankState state) {
 RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns)
     : name_(std::move(name)), path_(std::move(path)), opened_(std::move(opened)), opened_ns_(now_ns) {
   id_ = name_.substr(shm::kSegmentPrefix.size());
-  install_bus_guard();
+  shm::install_bus_guard();
   const shm::SegmentHeader& h = opened_.identity;
   cumulative_ = shm::CumulativeReader(opened_.cumulative(), opened_.cumulative_geometry);
   scheduler_.priorities.reserve(shm::kMaxPriorityCounts);
@@ -50,7 +50,7 @@ RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment 
 template <typename Read>
 bool RankSegment::read_guarded(Read&& read) const {
   if (!memory_fault_.empty()) return false;
-  BusGuard guard(opened_.file.bytes(), opened_.file.size());
+  shm::BusGuard guard(opened_.file.bytes(), opened_.file.size());
   read();
   if (!guard.faulted()) return true;
   memory_fault_ = "bus_error";
@@ -137,7 +137,7 @@ bool RankSegment::drain(std::uint64_t now_ns) {
   shm::DrainStats stats;
   std::uint64_t dropped = dropped_seen_;
   {
-    BusGuard guard(opened_.file.bytes(), opened_.file.size());
+    shm::BusGuard guard(opened_.file.bytes(), opened_.file.size());
     // Each record is copied out before the callback runs, so a fault during that copy is seen here and
     // the torn copy (zeros where the pages vanished) is never applied; earlier records were whole.
     stats = ring_.drain(

@@ -68,10 +68,10 @@ class RankSegment {
   // Producer-group fields as of now; once the memory is gone, the last ones read.
   shm::ProducerState producer() const;
 
-  // Every read of the mapping runs under a BusGuard (bus_guard.hpp). When the file shrinks below the
-  // mapping ("truncated", found by check_file_size) or a read raises SIGBUS ("bus_error"), the segment's
-  // memory is never read again: its last good values, totals and producer state stay exported. Empty
-  // while the memory is readable.
+  // Every read of the mapping runs under a shm::BusGuard (rankstat/shmproto/bus_guard.hpp). When the file
+  // shrinks below the mapping ("truncated", found by check_file_size) or a read raises SIGBUS ("bus_error"),
+  // the segment's memory is never read again: its last good values, totals and producer state stay exported.
+  // Empty while the memory is readable.
   std::string_view memory_fault() const { return memory_fault_; }
   // fstat of the descriptor; false (and memory_fault() "truncated") if the file is now smaller than the
   // mapping. A system call: for the liveness pass, never the drain path.

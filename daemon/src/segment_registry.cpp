@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "aggregation.hpp"
-#include "bus_guard.hpp"
+#include "rankstat/shmproto/bus_guard.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
@@ -36,7 +36,7 @@ bool expired(const RankSegment& s, std::uint64_t now_ns, std::uint64_t grace_ns)
 
 SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired)
     : options_(std::move(options)), retired_(retired) {
-  install_bus_guard();
+  shm::install_bus_guard();
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     if (!exported_as_snapshot_gauge(field.name)) continue;
     schema_[std::string("sglang:") + field.name] = {shm::SeriesKind::kGauge, snapshot_field_mode(field.name)};
@@ -233,7 +233,7 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   bool faulted = false;
   {
     // The file may be truncated between open_segment's fstat and its reads of the header.
-    BusGuard guard(nullptr, 0);
+    shm::BusGuard guard(nullptr, 0);
     opened = shm::open_segment(path, /*consumer=*/true);
     faulted = guard.faulted();
   }

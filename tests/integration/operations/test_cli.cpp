@@ -2,10 +2,13 @@
 // field, both sources compared, exit codes, liveness states.
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <sstream>
 
 #include "operations_support.hpp"
 
@@ -79,6 +82,16 @@ const char* const kStableSummaryFields[] = {"id",
                                             "layout_version",
                                             "priority_scheduling",
                                             "all_schedulers_metrics"};
+
+// True while process `pid` has a mapping of the file `path` (its line in /proc/<pid>/maps).
+bool maps_file(pid_t pid, const std::string& path) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(path) != std::string::npos) return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -437,4 +450,79 @@ TEST_CASE(
       15s));
   stopping->signal(SIGTERM);
   CHECK(stopping->wait_for(10s) == 0);
+}
+
+TEST_CASE("rankstat --direct survives a segment truncated while it reads it and reports it as bus_error") {
+  TempDir shm;
+  auto healthy = start_writer(shm, {"--instance=healthy", "--tp=0", "--hold-seconds=60"});
+  // Publishes, then only heartbeats on its header page.
+  auto victim = start_writer(shm, {"--instance=victim", "--tp=0", "--hold-seconds=60"});
+  const std::string healthy_id = "healthy.scheduler.tp0-pp0-ep0";
+  const std::string victim_id = "victim.scheduler.tp0-pp0-ep0";
+  const std::string victim_path = shm.path() + "/rankstat." + victim_id;
+  // Both published under their final names (a writer's temporary file does not count).
+  REQUIRE(wait_until(
+      [&] {
+        const auto names = shm.list();
+        return std::count(names.begin(), names.end(), "rankstat." + healthy_id) == 1 &&
+               std::count(names.begin(), names.end(), "rankstat." + victim_id) == 1;
+      },
+      10s));
+
+  std::vector<std::string> command;
+  off_t truncate_to = 0;
+  SECTION("ranks, the file truncated to nothing") {
+    // `ranks` reads only the header page. (The writer dies of SIGBUS too: whoever may truncate a
+    // segment can kill its engine.)
+    command = {"ranks", "--json"};
+  }
+  SECTION("show of that rank, only its header page left") {
+    command = {"show", victim_id, "--json"};
+    truncate_to = 4096;
+  }
+  SECTION("top, only the header page left") {
+    command = {"top", "--json", "--iterations=3", "--interval=100ms"};
+    truncate_to = 4096;
+  }
+  std::vector<std::string> argv = {cli_path(), "--direct", "--shm-dir=" + shm.path()};
+  argv.insert(argv.end(), command.begin(), command.end());
+  TempDir out_dir("rankstat-cli-out");
+  const std::string out_path = out_dir.path() + "/out";  // stdout and stderr
+  ChildProcess cli(argv, {}, out_path);
+  // The first read samples records_written twice, 0.25 s apart, after mapping every segment: the
+  // truncation lands between the mapping and the CLI's last read of it.
+  REQUIRE(wait_until([&] { return maps_file(cli.pid(), victim_path); }, 10s));
+  REQUIRE(::truncate(victim_path.c_str(), truncate_to) == 0);
+  const std::optional<int> status = cli.wait_for(20s);
+  REQUIRE(status.has_value());
+  const std::string out = read_file(out_path);
+  INFO("rankstat said: " << out);
+  REQUIRE(*status != 128 + SIGBUS);
+  if (command.front() == "ranks") {
+    CHECK(*status == 0);
+    const auto doc = parse_object(out);
+    const auto& ranks = doc.at("ranks").as_array();
+    REQUIRE(ranks.size() == 1);
+    CHECK(text(ranks.front().at("id")) == healthy_id);
+    CHECK(number(object_at(doc, "rejected_segments").at("bus_error")) == 1);
+  } else if (command.front() == "show") {
+    CHECK(*status == 1);
+    CHECK(out.find("rank " + victim_id + " cannot be read") != std::string::npos);
+    CHECK(out.find("(bus_error)") != std::string::npos);
+    CHECK(victim->running());
+  } else {
+    CHECK(*status == 0);
+    std::istringstream frames(out);
+    std::string frame;
+    int count = 0;
+    while (std::getline(frames, frame)) {
+      const auto doc = parse_object(frame);
+      const auto& ranks = doc.at("ranks").as_array();
+      REQUIRE(ranks.size() == 1);
+      CHECK(text(ranks.front().at("id")) == healthy_id);
+      ++count;
+    }
+    CHECK(count == 3);
+    CHECK(victim->running());
+  }
 }
