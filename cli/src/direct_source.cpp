@@ -47,27 +47,6 @@ double seconds_between(std::uint64_t earlier_ns, std::uint64_t later_ns) {
   return later_ns > earlier_ns ? static_cast<double>(later_ns - earlier_ns) / 1e9 : 0.0;
 }
 
-std::string_view report_kind_name(std::uint32_t kind) {
-  switch (static_cast<shm::ReportKind>(kind)) {
-    case shm::ReportKind::kPrefill:
-      return "prefill";
-    case shm::ReportKind::kDecode:
-      return "decode";
-    case shm::ReportKind::kIdle:
-      return "idle";
-    case shm::ReportKind::kUnspecified:
-      break;
-  }
-  return "unspecified";
-}
-
-std::string_view gauge_mode_name(shm::GaugeMode mode) {
-  static constexpr std::string_view kNames[] = {
-      "all", "liveall", "sum", "livesum", "min", "livemin", "max", "livemax", "mostrecent", "livemostrecent"};
-  const auto i = static_cast<std::size_t>(mode);
-  return i < std::size(kNames) ? kNames[i] : "unknown";
-}
-
 // One segment generation as this observer sees it.
 struct Observed {
   std::string id;
@@ -319,13 +298,7 @@ class DirectSource final : public RankSource {
     out["model_name"] = h.model_name;
     out["engine_type"] = h.engine_type;
     boost::json::object ranks;
-    const std::pair<const char*, std::int32_t> rank_fields[] = {
-        {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},
-        {"dp_rank", h.dp_rank},           {"moe_ep_rank", h.moe_ep_rank},
-        {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
-        {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},
-        {"pp_size", h.pp_size},           {"dp_size", h.dp_size}};
-    for (const auto& [name, value] : rank_fields) {
+    for (const auto& [name, value] : shm::rank_numbers(h)) {
       if (value == shm::kRankUnset) {
         ranks[name] = nullptr;
       } else {
@@ -350,7 +323,7 @@ class DirectSource final : public RankSource {
             ? std::min(1.0, static_cast<double>(p.tail - p.head) / static_cast<double>(h.ring_bytes))
             : 0.0;
     out["ring_quarantined"] = !indices_sane;
-    out["layout_version"] = std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor);
+    out["layout_version"] = shm::layout_version_text(h);
     out["priority_scheduling"] = (h.flags & shm::kFlagPriorityScheduling) != 0;
     out["all_schedulers_metrics"] = (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
     return out;
@@ -386,23 +359,19 @@ class DirectSource final : public RankSource {
     apply_ownership(o, fixed, record.timestamp_ns, now);
 
     boost::json::object snapshot;
-    snapshot["report_kind"] = report_kind_name(fixed.report_kind);
+    snapshot["report_kind"] = shm::report_kind_name(fixed.report_kind);
     snapshot["sequence"] = record.sequence;
     snapshot["age_seconds"] = seconds_between(record.timestamp_ns, now);
     boost::json::object sections;
-    const auto* raw = reinterpret_cast<const std::uint8_t*>(&fixed);
     for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
-      if (field.group != 0 && (fixed.groups & field.group) == 0) continue;
+      if (!shm::field_present(fixed, field)) continue;
       auto& section = sections[field.section];
       if (!section.is_object()) section = boost::json::object();
-      if (field.type == shm::FieldType::kI64) {
-        std::int64_t v = 0;
-        std::memcpy(&v, raw + field.offset, sizeof v);
-        section.as_object()[field.name] = v;
+      const shm::ScalarValue v = shm::read_scalar(fixed, field);
+      if (v.is_integer) {
+        section.as_object()[field.name] = v.integer;
       } else {
-        double v = 0;
-        std::memcpy(&v, raw + field.offset, sizeof v);
-        section.as_object()[field.name] = number_or_null(v);
+        section.as_object()[field.name] = number_or_null(v.real);
       }
     }
     boost::json::array priorities;
@@ -483,7 +452,7 @@ class DirectSource final : public RankSource {
           break;
         case shm::SeriesKind::kGauge:
           entry["type"] = "gauge";
-          entry["mode"] = gauge_mode_name(info->gauge_mode);
+          entry["mode"] = shm::gauge_mode_name(info->gauge_mode);
           if (value.set_ns == 0 || !value.consistent) {
             entry["value"] = nullptr;
           } else {

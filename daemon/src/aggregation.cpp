@@ -529,7 +529,6 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
                       FamilySet& out, FamilySet::SegmentSlots& slots) {
   const SchedulerView& view = s.scheduler();
   if (!view.present) return;
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(&view.fixed);
   const bool priorities_on = (s.identity().flags & shm::kFlagPriorityScheduling) != 0;
   std::string name;
   slots.snapshot.resize(std::size(shm::kSchedulerScalarFields));
@@ -537,16 +536,9 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
   std::size_t priority_index = 0;
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     FamilySet::Slot& slot = slots.snapshot[field_index++];
-    if (field.group != 0 && (view.fixed.groups & field.group) == 0) continue;
+    if (!shm::field_present(view.fixed, field)) continue;
     if (!exported_as_snapshot_gauge(field.name)) continue;
-    double value = 0;
-    if (field.type == shm::FieldType::kI64) {
-      std::int64_t v = 0;
-      std::memcpy(&v, bytes + field.offset, sizeof v);
-      value = static_cast<double>(v);
-    } else {
-      std::memcpy(&value, bytes + field.offset, sizeof value);
-    }
+    const double value = shm::read_scalar(view.fixed, field).as_double();
     name.assign("sglang:").append(field.name);
     const shm::GaugeMode mode = snapshot_field_mode(field.name);
     if (mode == shm::GaugeMode::kAll && !keep_all_mode) continue;

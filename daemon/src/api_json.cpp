@@ -15,27 +15,6 @@ boost::json::value number_or_null(double v) {
   return nullptr;  // JSON has no NaN (fwd_occupancy is NaN when the device timer is off)
 }
 
-std::string_view report_kind_name(std::uint32_t kind) {
-  switch (static_cast<shm::ReportKind>(kind)) {
-    case shm::ReportKind::kPrefill:
-      return "prefill";
-    case shm::ReportKind::kDecode:
-      return "decode";
-    case shm::ReportKind::kIdle:
-      return "idle";
-    case shm::ReportKind::kUnspecified:
-      break;
-  }
-  return "unspecified";
-}
-
-std::string_view gauge_mode_name(shm::GaugeMode mode) {
-  static constexpr std::string_view kNames[] = {
-      "all", "liveall", "sum", "livesum", "min", "livemin", "max", "livemax", "mostrecent", "livemostrecent"};
-  const auto i = static_cast<std::size_t>(mode);
-  return i < std::size(kNames) ? kNames[i] : "unknown";
-}
-
 }  // namespace
 
 boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns) {
@@ -49,13 +28,7 @@ boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns
   o["model_name"] = h.model_name;
   o["engine_type"] = h.engine_type;
   boost::json::object ranks;
-  const std::pair<const char*, std::int32_t> rank_fields[] = {
-      {"tp_rank", h.tp_rank},           {"pp_rank", h.pp_rank},
-      {"dp_rank", h.dp_rank},           {"moe_ep_rank", h.moe_ep_rank},
-      {"attn_tp_rank", h.attn_tp_rank}, {"attn_dp_rank", h.attn_dp_rank},
-      {"attn_cp_rank", h.attn_cp_rank}, {"tp_size", h.tp_size},
-      {"pp_size", h.pp_size},           {"dp_size", h.dp_size}};
-  for (const auto& [name, value] : rank_fields) {
+  for (const auto& [name, value] : shm::rank_numbers(h)) {
     if (value == shm::kRankUnset) {
       ranks[name] = nullptr;
     } else {
@@ -76,7 +49,7 @@ boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns
   o["ring_bytes"] = h.ring_bytes;
   o["ring_fill_ratio"] = s.ring_fill_ratio();
   o["ring_quarantined"] = s.ring_corrupt();
-  o["layout_version"] = std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor);
+  o["layout_version"] = shm::layout_version_text(h);
   o["priority_scheduling"] = (h.flags & shm::kFlagPriorityScheduling) != 0;
   o["all_schedulers_metrics"] = (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
   return o;
@@ -87,24 +60,20 @@ boost::json::object rank_detail_json(const RankSegment& s, std::uint64_t now_ns)
   const SchedulerView& view = s.scheduler();
   if (view.present) {
     boost::json::object snapshot;
-    snapshot["report_kind"] = report_kind_name(view.fixed.report_kind);
+    snapshot["report_kind"] = shm::report_kind_name(view.fixed.report_kind);
     snapshot["sequence"] = view.sequence;
     snapshot["age_seconds"] =
         now_ns > view.timestamp_ns ? static_cast<double>(now_ns - view.timestamp_ns) / 1e9 : 0.0;
     boost::json::object sections;
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&view.fixed);
     for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
-      if (field.group != 0 && (view.fixed.groups & field.group) == 0) continue;
+      if (!shm::field_present(view.fixed, field)) continue;
       auto& section = sections[field.section];
       if (!section.is_object()) section = boost::json::object();
-      if (field.type == shm::FieldType::kI64) {
-        std::int64_t v = 0;
-        std::memcpy(&v, bytes + field.offset, sizeof v);
-        section.as_object()[field.name] = v;
+      const shm::ScalarValue v = shm::read_scalar(view.fixed, field);
+      if (v.is_integer) {
+        section.as_object()[field.name] = v.integer;
       } else {
-        double v = 0;
-        std::memcpy(&v, bytes + field.offset, sizeof v);
-        section.as_object()[field.name] = number_or_null(v);
+        section.as_object()[field.name] = number_or_null(v.real);
       }
     }
     boost::json::array priorities;
@@ -140,7 +109,7 @@ boost::json::object rank_detail_json(const RankSegment& s, std::uint64_t now_ns)
         break;
       case shm::SeriesKind::kGauge:
         entry["type"] = "gauge";
-        entry["mode"] = gauge_mode_name(st.info.gauge_mode);
+        entry["mode"] = shm::gauge_mode_name(st.info.gauge_mode);
         if (st.value.set_ns == 0) {
           entry["value"] = nullptr;
         } else {

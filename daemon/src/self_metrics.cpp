@@ -204,7 +204,7 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     Labels info_labels = labels;
     info_labels.push_back({"pid", std::to_string(h.pid)});
     info_labels.push_back({"model_name", h.model_name});
-    info_labels.push_back({"layout", std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor)});
+    info_labels.push_back({"layout", shm::layout_version_text(h)});
     add_sample(info, info_labels, 1);
   }
   for (int i = 0; i < kRankStateCount; ++i) {

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "rankstat/shmproto/naming.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
 
 namespace {
 
@@ -73,4 +74,51 @@ TEST_CASE("parse_temporary_pid recovers the creator of an abandoned temporary", 
   CHECK_FALSE(shm::parse_temporary_pid("rankstat.inst.scheduler.tp0.tmp..1"));             // no pid
   CHECK_FALSE(shm::parse_temporary_pid("rankstat.inst.scheduler.tp0.tmp.99999999999.1"));  // overflow
   CHECK_FALSE(shm::parse_temporary_pid("foreign.tmp.1.2"));
+}
+
+TEST_CASE("gauge modes and report kinds read as prometheus_client and SGLang name them", "[naming]") {
+  using rankstat::shm::GaugeMode;
+  CHECK(rankstat::shm::gauge_mode_name(GaugeMode::kAll) == "all");
+  CHECK(rankstat::shm::gauge_mode_name(GaugeMode::kLiveSum) == "livesum");
+  CHECK(rankstat::shm::gauge_mode_name(GaugeMode::kLiveMostRecent) == "livemostrecent");
+  CHECK(rankstat::shm::gauge_mode_name(static_cast<GaugeMode>(rankstat::shm::kGaugeModeCount)) == "unknown");
+  CHECK(rankstat::shm::report_kind_name(1) == "prefill");
+  CHECK(rankstat::shm::report_kind_name(3) == "idle");
+  CHECK(rankstat::shm::report_kind_name(99) == "unspecified");
+}
+
+TEST_CASE("a snapshot's scalar fields read back as written, optional groups only when sent", "[naming]") {
+  rankstat::shm::SchedulerSnapshot s{};
+  s.num_running_reqs = 42;
+  s.token_usage = 0.75;
+  s.spec_accept_rate = 0.5;
+  int present = 0;
+  for (const auto& field : rankstat::shm::kSchedulerScalarFields) {
+    const auto value = rankstat::shm::read_scalar(s, field);
+    CHECK(value.is_integer == (field.type == rankstat::shm::FieldType::kI64));
+    if (std::string_view(field.name) == "num_running_reqs") CHECK(value.as_double() == 42);
+    if (std::string_view(field.name) == "token_usage") CHECK(value.real == 0.75);
+    if (std::string_view(field.name) == "spec_accept_rate") {
+      CHECK_FALSE(rankstat::shm::field_present(s, field));
+      s.groups |= rankstat::shm::kGroupSpeculative;
+      CHECK(rankstat::shm::field_present(s, field));
+      CHECK(value.real == 0.5);
+    }
+    if (field.group == 0) ++present;
+  }
+  CHECK(present > 20);
+}
+
+TEST_CASE("rank numbers list every parallelism coordinate under the names readers show", "[naming]") {
+  rankstat::shm::SegmentHeader h{};
+  h.tp_rank = 3;
+  h.dp_size = 8;
+  h.layout_major = 1;
+  h.layout_minor = 2;
+  const auto numbers = rankstat::shm::rank_numbers(h);
+  CHECK(std::string_view(numbers[0].name) == "tp_rank");
+  CHECK(numbers[0].value == 3);
+  CHECK(std::string_view(numbers[9].name) == "dp_size");
+  CHECK(numbers[9].value == 8);
+  CHECK(rankstat::shm::layout_version_text(h) == "1.2");
 }

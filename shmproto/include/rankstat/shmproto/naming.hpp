@@ -3,6 +3,8 @@
 // renaming a new file onto the same name.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -109,6 +111,39 @@ inline std::optional<std::uint32_t> parse_temporary_pid(std::string_view name) {
   }
   if (i == 0 || i >= rest.size() || rest[i] != '.') return std::nullopt;
   return pid;
+}
+
+// prometheus_client's name of a gauge mode ("livemostrecent", ...); "unknown" past the known ones.
+inline std::string_view gauge_mode_name(GaugeMode mode) {
+  static constexpr std::string_view kNames[kGaugeModeCount] = {
+      "all", "liveall", "sum", "livesum", "min", "livemin", "max", "livemax", "mostrecent", "livemostrecent"};
+  const auto i = static_cast<std::size_t>(mode);
+  return i < kGaugeModeCount ? kNames[i] : "unknown";
+}
+
+// The parallelism coordinates of a segment's writer, by the names readers show them under; a value of
+// kRankUnset means the writer did not set it.
+struct RankNumber {
+  const char* name;
+  std::int32_t value;
+};
+
+inline std::array<RankNumber, 10> rank_numbers(const SegmentHeader& h) {
+  return {{{"tp_rank", h.tp_rank},
+           {"pp_rank", h.pp_rank},
+           {"dp_rank", h.dp_rank},
+           {"moe_ep_rank", h.moe_ep_rank},
+           {"attn_tp_rank", h.attn_tp_rank},
+           {"attn_dp_rank", h.attn_dp_rank},
+           {"attn_cp_rank", h.attn_cp_rank},
+           {"tp_size", h.tp_size},
+           {"pp_size", h.pp_size},
+           {"dp_size", h.dp_size}}};
+}
+
+// "<major>.<minor>" of the layout a segment was written with.
+inline std::string layout_version_text(const SegmentHeader& h) {
+  return std::to_string(h.layout_major) + "." + std::to_string(h.layout_minor);
 }
 
 }  // namespace rankstat::shm

@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #include "rankstat/shmproto/layout.hpp"
@@ -262,6 +264,46 @@ inline constexpr ScalarField kSchedulerScalarFields[] = {
 };
 
 #undef RANKSTAT_SNAPSHOT_FIELD
+
+// Whether `field` is part of this report (its optional group, if any, was sent).
+inline bool field_present(const SchedulerSnapshot& s, const ScalarField& field) {
+  return field.group == 0 || (s.groups & field.group) != 0;
+}
+
+// A scalar field's stored value; `integer` is meaningful for kI64 fields, `real` for kF64 ones.
+struct ScalarValue {
+  bool is_integer = false;
+  std::int64_t integer = 0;
+  double real = 0;
+  double as_double() const { return is_integer ? static_cast<double>(integer) : real; }
+};
+
+inline ScalarValue read_scalar(const SchedulerSnapshot& s, const ScalarField& field) {
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(&s);
+  ScalarValue v;
+  v.is_integer = field.type == FieldType::kI64;
+  if (v.is_integer) {
+    std::memcpy(&v.integer, bytes + field.offset, sizeof v.integer);
+  } else {
+    std::memcpy(&v.real, bytes + field.offset, sizeof v.real);
+  }
+  return v;
+}
+
+// "prefill", "decode", "idle" or "unspecified" (also for values a newer writer may send).
+inline std::string_view report_kind_name(std::uint32_t kind) {
+  switch (static_cast<ReportKind>(kind)) {
+    case ReportKind::kPrefill:
+      return "prefill";
+    case ReportKind::kDecode:
+      return "decode";
+    case ReportKind::kIdle:
+      return "idle";
+    case ReportKind::kUnspecified:
+      break;
+  }
+  return "unspecified";
+}
 
 // The queue whose total a QueueId's per-priority entries break down, by scalar field name.
 inline constexpr const char* kQueueTotalField[kQueueIdCount] = {
