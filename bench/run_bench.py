@@ -486,7 +486,8 @@ def make_table(results):
         if fixed:
             cpu_fixed = fixed["cpu_percent_of_core"]
             lines.append(f"| rankstatd CPU, same load, pacing off: fixed 2 ms drain ({' '.join(fixed['flags'])}), "
-                         f"% of a core | {fmt(cpu_fixed)} | - | paced drains use {cpu / cpu_fixed:.2f}x this | - | - |")
+                         f"% of a core | {fmt(cpu_fixed)} | - | "
+                         f"{f'paced drains use {cpu / cpu_fixed:.2f}x this' if cpu_fixed > 0 else '-'} | - | - |")
         load = cost["ranks"] * 100
     else:
         load = 6400
