@@ -92,6 +92,7 @@ FamilySet::Series* FamilySet::series_for(Family& family, const Labels& labels, s
                                          const Contributor& from, bool& inserted) {
   label_key(key_scratch_, labels, pid_label);
   auto [it, fresh] = family.series.try_emplace(key_scratch_);
+  if (fresh) family.ordered_stale = true;
   Series& s = it->second;
   if (fresh) {
     s.labels = labels;
@@ -411,20 +412,36 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
     // Summaries travel as histograms without finite bounds; the catalog says which families they are.
     const bool as_summary = f.type == MetricType::Histogram && engine_family_is_summary(name);
     const MetricType type = as_summary ? MetricType::Summary : f.type;
+    if (f.ordered_stale) {
+      f.ordered.clear();
+      f.ordered.reserve(f.series.size());
+      for (auto& [key, s] : f.series) f.ordered.push_back(&s);
+      f.ordered_stale = false;
+    }
     bool written = false;
-    for (auto sit = f.series.begin(); sit != f.series.end();) {
-      Series& s = sit->second;
-      if (s.round != round_) {
-        sit = f.series.erase(sit);
-        ++layout_;
+    bool dropped = false;
+    for (Series* s : f.ordered) {
+      if (s->round != round_) {
+        dropped = true;
         continue;
       }
-      if (s.has_value) {
+      if (s->has_value) {
         if (!written) exposition::append_family_header(out, name, f.help, type);
         written = true;
-        render_series(out, name, type, s);
+        render_series(out, name, type, *s);
       }
-      ++sit;
+    }
+    if (dropped) {
+      // Not contributed in this round: dropped now, as a new round would re-create them from scratch.
+      for (auto sit = f.series.begin(); sit != f.series.end();) {
+        if (sit->second.round != round_) {
+          sit = f.series.erase(sit);
+          ++layout_;
+        } else {
+          ++sit;
+        }
+      }
+      f.ordered_stale = true;
     }
     if (written && family_ends != nullptr) family_ends->push_back(out.size());
     ++fit;
