@@ -21,20 +21,20 @@ class DaemonSource final : public RankSource {
     return get("/api/v1/ranks/" + id);
   }
 
-  boost::json::array all_details() override {
+  boost::json::object all_details() override {
     // One request where the daemon offers it; a daemon older than `?details=1` ignores the query and
     // answers summaries (no "details": true), so then each rank is asked for on its own.
     if (auto bulk = get("/api/v1/ranks?details=1")) {
       if (const auto* flag = bulk->if_contains("details");
           flag != nullptr && flag->is_bool() && flag->as_bool()) {
-        auto* ranks = bulk->if_contains("ranks");
+        const auto* ranks = bulk->if_contains("ranks");
         if (ranks == nullptr || !ranks->is_array())
           throw SourceError("the daemon's rank list has no \"ranks\" array");
-        return std::move(ranks->as_array());
+        return std::move(*bulk);
       }
     }
     boost::json::array out;
-    const boost::json::object list = ranks();
+    boost::json::object list = ranks();
     const auto* ranks = list.if_contains("ranks");
     if (ranks == nullptr || !ranks->is_array())
       throw SourceError("the daemon's rank list has no \"ranks\" array");
@@ -44,7 +44,9 @@ class DaemonSource final : public RankSource {
       // A rank that vanished between the two requests is simply not shown.
       if (auto detail = rank(std::string(id->as_string()))) out.emplace_back(std::move(*detail));
     }
-    return out;
+    list["ranks"] = std::move(out);
+    list["details"] = true;
+    return list;
   }
 
   std::string description() const override { return "daemon " + options_.endpoint.display(); }

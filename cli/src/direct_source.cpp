@@ -101,19 +101,13 @@ class DirectSource final : public RankSource {
   boost::json::object ranks() override {
     scan();
     const std::uint64_t now = shm::monotonic_ns();
-    boost::json::object doc;
-    doc["shm_dir"] = options_.shm_dir;
     boost::json::array list;
     for (auto& [name, observed] : observed_) {
       boost::json::object entry = summary(observed, now);
       if (observed.memory_fault.empty()) list.emplace_back(std::move(entry));
     }
     quarantine_faulted();
-    doc["ranks"] = std::move(list);
-    boost::json::object rejected;
-    for (const auto& [reason, count] : rejected_) rejected[reason] = count;
-    doc["rejected_segments"] = std::move(rejected);
-    return doc;
+    return document(std::move(list), false);
   }
 
   std::optional<boost::json::object> rank(const std::string& id) override {
@@ -131,21 +125,33 @@ class DirectSource final : public RankSource {
     return std::nullopt;
   }
 
-  boost::json::array all_details() override {
+  boost::json::object all_details() override {
     scan();
     const std::uint64_t now = shm::monotonic_ns();
-    boost::json::array out;
+    boost::json::array list;
     for (auto& [name, observed] : observed_) {
       boost::json::object entry = detail(observed, now);
-      if (observed.memory_fault.empty()) out.emplace_back(std::move(entry));
+      if (observed.memory_fault.empty()) list.emplace_back(std::move(entry));
     }
     quarantine_faulted();
-    return out;
+    return document(std::move(list), true);
   }
 
   std::string description() const override { return "direct " + options_.shm_dir; }
 
  private:
+  // The ranks document around `ranks` (summaries, or details when `details`), as the daemon answers it.
+  boost::json::object document(boost::json::array ranks, bool details) const {
+    boost::json::object doc;
+    doc["shm_dir"] = options_.shm_dir;
+    doc["ranks"] = std::move(ranks);
+    boost::json::object rejected;
+    for (const auto& [reason, count] : rejected_) rejected[reason] = count;
+    doc["rejected_segments"] = std::move(rejected);
+    if (details) doc["details"] = true;
+    return doc;
+  }
+
   // Lists the directory, maps new segments and new generations read-only, forgets vanished ones,
   // samples the record rates and quarantines segments whose memory went missing meanwhile. Throws
   // SourceUnavailable when there is nothing to show.

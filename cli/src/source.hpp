@@ -36,8 +36,9 @@ class RankSource {
   virtual boost::json::object ranks() = 0;
   // The detail document of rank `id` (<instance>.<role>.<rank-key>), or nullopt if there is none.
   virtual std::optional<boost::json::object> rank(const std::string& id) = 0;
-  // The detail documents of every current rank, in id order (what `top` shows).
-  virtual boost::json::array all_details() = 0;
+  // The ranks document with every current rank's detail document in place of its summary, in id order
+  // (what `top` shows): {"shm_dir", "ranks": [detail, ...], "rejected_segments", "details": true}.
+  virtual boost::json::object all_details() = 0;
   // "daemon 127.0.0.1:9473" or "direct /dev/shm", for headers.
   virtual std::string description() const = 0;
 };

@@ -175,6 +175,8 @@ std::string clock_text() {
 struct Frame {
   std::string source;
   std::string error;  // the last refresh failed: shown, the previous rows stay
+  // Segments the source could not use, by reason (a rank whose segment faulted is among them, not a row).
+  boost::json::object rejected;
   bool interactive = false;
   TopOptions options;
 };
@@ -213,6 +215,14 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
   summary.add("   running " + format_count(running) + "   queued " + format_count(queued) + "   gen " +
               format_rate(gen) + " tok/s");
   lines.push_back(std::move(summary));
+  if (!f.rejected.empty()) {
+    StyledLine rejected;
+    rejected.add("rejected segments:", style::kYellow);
+    for (const auto& [reason, count] : f.rejected) {
+      rejected.add(" " + std::string(reason) + "=" + boost::json::serialize(count));
+    }
+    lines.push_back(std::move(rejected));
+  }
   if (!f.error.empty()) {
     StyledLine error;
     error.add(f.error + " (retrying)", style::kBoldRed);
@@ -378,11 +388,16 @@ int run_top(RankSource& source, const TopOptions& initial) {
 
   auto fetch = [&]() -> bool {
     try {
-      boost::json::array all = source.all_details();
+      boost::json::object doc = source.all_details();
+      auto* all = doc.if_contains("ranks");
+      if (all == nullptr || !all->is_array()) throw SourceError("the rank list has no \"ranks\" array");
       details.clear();
-      for (auto& d : all) {
+      for (auto& d : all->as_array()) {
         if (wanted(d, options.instances)) details.emplace_back(std::move(d));
       }
+      const auto* rejected = doc.if_contains("rejected_segments");
+      frame.rejected =
+          rejected != nullptr && rejected->is_object() ? rejected->as_object() : boost::json::object();
       frame.error.clear();
       exit_code = 0;
       return true;
@@ -406,6 +421,7 @@ int run_top(RankSource& source, const TopOptions& initial) {
       boost::json::array list;
       for (const TopRow& r : rows) list.emplace_back(row_json(r));
       doc["ranks"] = std::move(list);
+      doc["rejected_segments"] = frame.rejected;
       if (!frame.error.empty()) doc["error"] = frame.error;
       std::cout << boost::json::serialize(doc) << std::endl;
       return;

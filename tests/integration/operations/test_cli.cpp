@@ -520,6 +520,10 @@ TEST_CASE("rankstat --direct survives a segment truncated while it reads it and 
       const auto& ranks = doc.at("ranks").as_array();
       REQUIRE(ranks.size() == 1);
       CHECK(text(ranks.front().at("id")) == healthy_id);
+      // The faulted rank is not a row, but top still says a segment was refused.
+      const auto& rejected = object_at(doc, "rejected_segments");
+      CHECK(number(rejected.contains("bus_error") ? rejected.at("bus_error") : rejected.at("truncated")) ==
+            1);
       ++count;
     }
     CHECK(count == 3);
