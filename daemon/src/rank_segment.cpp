@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,9 +51,7 @@ RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment 
 template <typename Read>
 bool RankSegment::read_guarded(Read&& read) const {
   if (!memory_fault_.empty()) return false;
-  shm::BusGuard guard(opened_.file.bytes(), opened_.file.size());
-  read();
-  if (!guard.faulted()) return true;
+  if (shm::run_bus_guarded(opened_.file.bytes(), opened_.file.size(), std::forward<Read>(read))) return true;
   memory_fault_ = "bus_error";
   return false;
 }

@@ -230,13 +230,9 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
     return;
   }
   shm::OpenedSegment opened;
-  bool faulted = false;
-  {
-    // The file may be truncated between open_segment's fstat and its reads of the header.
-    shm::BusGuard guard(nullptr, 0);
-    opened = shm::open_segment(path, /*consumer=*/true);
-    faulted = guard.faulted();
-  }
+  // The file may be truncated between open_segment's fstat and its reads of the header.
+  const bool faulted =
+      !shm::run_bus_guarded(nullptr, 0, [&] { opened = shm::open_segment(path, /*consumer=*/true); });
   if (faulted) {
     opened.file.reset();
     reject(name, listed, "bus_error", "the file shrank while its header was being read", now_ns);
