@@ -101,15 +101,20 @@ std::vector<StyledLine> render_ranks(const boost::json::object& doc) {
     lines.push_back(std::move(none));
   }
   const auto* rejected = find_path(root, {"rejected_segments"});
-  if (rejected != nullptr && rejected->is_object() && !rejected->as_object().empty()) {
-    StyledLine line;
-    line.add("rejected segments:", style::kYellow);
-    for (const auto& [reason, count] : rejected->as_object()) {
-      line.add(" " + std::string(reason) + "=" + format_scalar(count));
-    }
-    lines.push_back(std::move(line));
+  if (rejected != nullptr && rejected->is_object()) {
+    if (auto line = rejected_segments_line(rejected->as_object())) lines.push_back(std::move(*line));
   }
   return lines;
+}
+
+std::optional<StyledLine> rejected_segments_line(const boost::json::object& rejected_segments) {
+  if (rejected_segments.empty()) return std::nullopt;
+  StyledLine line;
+  line.add("rejected segments:", style::kYellow);
+  for (const auto& [reason, count] : rejected_segments) {
+    line.add(" " + std::string(reason) + "=" + format_scalar(count));
+  }
+  return line;
 }
 
 std::optional<double> histogram_quantile(double q, const boost::json::object& histogram) {

@@ -14,8 +14,12 @@ namespace rankstat::cli {
 
 const char* state_style(const std::string& state);
 
-// The `rankstat ranks` table, plus a line per kind of rejected segment.
+// The `rankstat ranks` table, plus the rejected-segments line.
 std::vector<StyledLine> render_ranks(const boost::json::object& ranks_document);
+
+// "rejected segments: reason=count ..." from a ranks document's `rejected_segments`; nullopt when there
+// are none (shared by `ranks` and `top`).
+std::optional<StyledLine> rejected_segments_line(const boost::json::object& rejected_segments);
 
 // The `rankstat show` page: identity and liveness, the scheduler snapshot by SchedulerStats section,
 // the queue breakdown by priority, then counters, gauges and histogram summaries.

@@ -215,14 +215,7 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
   summary.add("   running " + format_count(running) + "   queued " + format_count(queued) + "   gen " +
               format_rate(gen) + " tok/s");
   lines.push_back(std::move(summary));
-  if (!f.rejected.empty()) {
-    StyledLine rejected;
-    rejected.add("rejected segments:", style::kYellow);
-    for (const auto& [reason, count] : f.rejected) {
-      rejected.add(" " + std::string(reason) + "=" + boost::json::serialize(count));
-    }
-    lines.push_back(std::move(rejected));
-  }
+  if (auto rejected = rejected_segments_line(f.rejected)) lines.push_back(std::move(*rejected));
   if (!f.error.empty()) {
     StyledLine error;
     error.add(f.error + " (retrying)", style::kBoldRed);

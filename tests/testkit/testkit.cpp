@@ -346,11 +346,17 @@ bool WriterProcess::wait_ready(std::chrono::milliseconds timeout) {
   return wait_until([&] { return output().find("ready") != std::string::npos; }, timeout);
 }
 
-std::optional<std::uint64_t> WriterProcess::events() const {
+std::optional<std::uint64_t> WriterProcess::printed(const std::string& key) const {
   const std::string text = output();
-  const auto at = text.rfind("events=");
-  if (at == std::string::npos) return std::nullopt;
-  return std::strtoull(text.c_str() + at + 7, nullptr, 10);
+  const std::string field = key + "=";
+  // The last occurrence that starts a word ("appends=" must not match "max_appends=").
+  for (auto at = text.rfind(field); at != std::string::npos;
+       at = at == 0 ? std::string::npos : text.rfind(field, at - 1)) {
+    if (at == 0 || std::isspace(static_cast<unsigned char>(text[at - 1])) != 0) {
+      return std::strtoull(text.c_str() + at + field.size(), nullptr, 10);
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<int> WriterProcess::stop() {

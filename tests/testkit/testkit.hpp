@@ -116,8 +116,9 @@ class WriterProcess {
   // Waits until the writer printed "ready" (its values are published).
   bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(10));
   std::string output() const { return read_file(out_path_); }
-  // The "events=<n>" total printed at exit.
-  std::optional<std::uint64_t> events() const;
+  // The "<key>=<n>" figure of the line printed at exit (appends, dropped, max_append_ns, events).
+  std::optional<std::uint64_t> printed(const std::string& key) const;
+  std::optional<std::uint64_t> events() const { return printed("events"); }
   // SIGTERM (clean exit) and wait; returns the exit status.
   std::optional<int> stop();
   // SIGKILL (a crash) and wait.
