@@ -9,6 +9,8 @@ compare ratios measured in the same run, not absolute times across runs.
 
   engine side   rankstat_bench_append (C++ Reporter append vs a bare ring, same run);
                 bench_python_report.py (the Python package; another engineer's, used when present);
+                bench_python_calls.py (per-call child inc/set/observe and labels(**kw).observe, and
+                SGLang's real collector methods through the oracle, vs prometheus_client 0.25.0 and 0.16);
                 the anchor's log_stats (one logged step: one gauge.labels(**labels).set per field)
   scrape        rankstatd with N real writer processes (rankstat_bench_writer, 10 logged steps/s each,
                 SGLang's scheduler metric set), scraped by rankstat_bench_scrape 150 ms apart so that
@@ -236,6 +238,10 @@ def bench_engine(args):
                                 "output": result.stdout[-4000:], "stderr": result.stderr[-2000:]}
     else:
         out["python_report"] = None
+
+    log("engine side: per-call cost from Python next to prometheus_client (bench_python_calls.py)")
+    argv = [PYTHON, os.path.join(HERE, "bench_python_calls.py"), "--build", args.build] + (["--quick"] if args.quick else [])
+    out["python_calls"] = run_json(argv, timeout=1800)
     return out
 
 
@@ -396,6 +402,9 @@ def make_table(results):
     if floor:
         lines.append(f"| timing floor included in both append figures above (2 clock reads per burst of 8), ns | "
                      f"{fmt(floor)} | - | - | - | - |")
+    if engine.get("python_calls"):
+        import bench_python_calls
+        lines.extend(bench_python_calls.run_bench_rows(engine["python_calls"]))
     anchor_step = engine["anchor_step"]
     step_us = anchor_step["log_stats_us_median"]
     python = engine.get("python_report")

@@ -18,6 +18,8 @@ packages=(
   # Test and tooling: promtool and a real Prometheus server, the incumbent for side-by-side
   # benchmarks, tmux for the terminal view test, systemd-analyze for unit verification.
   prometheus python3 python3-prometheus-client tmux systemd jq
+  # Headers for the CPython extension rankstat._fastpath (client/pyext).
+  python3-dev
 )
 
 missing=()

@@ -465,6 +465,14 @@ class DirectSource final : public RankSource {
             entry["value"] = number_or_null(value.value);
           }
           break;
+        case shm::SeriesKind::kSummary: {
+          entry["type"] = "summary";
+          std::uint64_t total = 0;
+          for (auto c : value.counts) total += c;
+          entry["count"] = total;
+          entry["sum"] = number_or_null(value.sum);
+          break;
+        }
         case shm::SeriesKind::kHistogram: {
           entry["type"] = "histogram";
           std::uint64_t total = 0;

@@ -6,6 +6,7 @@
 // std::string is touched only by the cold paths (open, registration), which is also when its
 // thread-exit destructor gets registered.
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -153,6 +154,50 @@ bool read_labels(std::uint32_t count, const char* const* names, const char* cons
     out.emplace_back(names[i], values[i]);
   }
   return true;
+}
+
+// Why a series spec is invalid, naming the part at fault (the first one found); empty if the contract's
+// checks would all pass (then the cause was capacity).
+std::string invalid_series_reason(rankstat::shm::SeriesKind kind, std::string_view family,
+                                  std::string_view help, const rankstat::shm::LabelPairs& labels,
+                                  std::span<const double> bounds) {
+  namespace shm = rankstat::shm;
+  if (!shm::is_valid_metric_name(family)) {
+    return "family name must match [a-zA-Z_:][a-zA-Z0-9_:]* and be shorter than " +
+           std::to_string(shm::kFamilyNameBytes) + " bytes";
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const auto& [name, value] = labels[i];
+    if (!shm::is_valid_label_name(name)) {
+      return "label name '" + name +
+             "' must match [a-zA-Z_][a-zA-Z0-9_]*, not start with __, and be at most 64 bytes";
+    }
+    if (kind == shm::SeriesKind::kHistogram && name == "le")
+      return "label name 'le' is reserved for histogram buckets";
+    if (kind == shm::SeriesKind::kSummary && name == "quantile")
+      return "label name 'quantile' is reserved for summaries";
+    for (std::size_t j = 0; j < i; ++j) {
+      if (labels[j].first == name) return "label name '" + name + "' is given twice";
+    }
+    if (!shm::is_valid_utf8(value) || value.find('\0') != std::string::npos) {
+      return "the value of label '" + name + "' is not valid UTF-8 (or holds a NUL byte)";
+    }
+  }
+  if (shm::encoded_label_bytes(labels) > shm::kSeriesLabelBytes) {
+    return "labels take more than " + std::to_string(shm::kSeriesLabelBytes) + " bytes";
+  }
+  if (help.size() > shm::kHelpBytes)
+    return "help text longer than " + std::to_string(shm::kHelpBytes) + " bytes";
+  if (!shm::is_valid_utf8(help)) return "help text is not valid UTF-8";
+  if (bounds.size() > shm::kMaxHistogramBuckets) {
+    return "more than " + std::to_string(shm::kMaxHistogramBuckets) + " bucket bounds";
+  }
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
+      return "bucket bounds must be finite and strictly increasing";
+    }
+  }
+  return {};
 }
 
 int registration_failed(Status status, const char* kind, const char* family) {
@@ -388,6 +433,104 @@ int rankstat_register_histogram(rankstat_reporter* reporter, const char* family,
     const std::span<const double> bound_span(bounds, bound_count);
     const Status status = reporter->reporter.register_histogram(family, labels, bound_span, *out_id);
     return status == Status::kOk ? RANKSTAT_OK : registration_failed(status, "histogram", family);
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_spec* spec,
+                             uint32_t* out_id) {
+  namespace shm = rankstat::shm;
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    if (spec == nullptr || out_id == nullptr || spec->family == nullptr ||
+        spec->struct_size < sizeof(rankstat_series_spec) ||
+        (spec->bound_count != 0 && spec->bounds == nullptr)) {
+      return fail(
+          Status::kInvalidArgument,
+          "rankstat_register_series: spec (with struct_size set), its family, out_id and bounds (when "
+          "bound_count > 0) must not be NULL");
+    }
+    if (spec->kind < RANKSTAT_KIND_COUNTER || spec->kind > RANKSTAT_KIND_SUMMARY) {
+      return fail(Status::kInvalidArgument, "rankstat_register_series: kind must be a RANKSTAT_KIND_* value");
+    }
+    if (spec->kind == RANKSTAT_KIND_GAUGE && spec->mode >= shm::kGaugeModeCount) {
+      return fail(Status::kInvalidArgument, "rankstat_register_series: mode must be a RANKSTAT_MODE_* value");
+    }
+    if (spec->kind != RANKSTAT_KIND_HISTOGRAM && spec->bound_count != 0) {
+      return fail(Status::kInvalidArgument, "rankstat_register_series: only histograms have bucket bounds");
+    }
+    shm::LabelPairs labels;
+    if (!read_labels(spec->label_count, spec->label_names, spec->label_values, labels)) {
+      return fail(Status::kInvalidArgument, "label names or values are NULL");
+    }
+    rankstat::Reporter::SeriesSpec s;
+    s.kind = static_cast<shm::SeriesKind>(static_cast<std::uint8_t>(spec->kind));
+    s.mode = static_cast<shm::GaugeMode>(
+        static_cast<std::uint8_t>(spec->kind == RANKSTAT_KIND_GAUGE ? spec->mode : 0));
+    s.flags = spec->flags & RANKSTAT_SERIES_OWN_LABELS_ONLY;
+    s.family = spec->family;
+    s.help = spec->help != nullptr ? std::string_view(spec->help) : std::string_view();
+    s.labels = &labels;
+    s.bounds = std::span<const double>(spec->bounds, spec->bound_count);
+    const Status status = reporter->reporter.register_series(s, *out_id);
+    if (status == Status::kOk) return RANKSTAT_OK;
+    if (status == Status::kInvalidArgument) {
+      const std::string why = invalid_series_reason(s.kind, s.family, s.help, labels, s.bounds);
+      if (!why.empty())
+        return fail_with(status, std::string("cannot register '") + spec->family + "': " + why);
+    }
+    return registration_failed(status, "series", spec->family);
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_gauge_add(rankstat_reporter* reporter, uint32_t id, double delta) {
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    return result(reporter->reporter.gauge_add(id, delta));
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_series_value(const rankstat_reporter* reporter, uint32_t id, double* out_value) {
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    if (out_value == nullptr)
+      return fail(Status::kInvalidArgument, "rankstat_series_value: out_value is NULL");
+    return result(reporter->reporter.series_value(id, *out_value));
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_histogram_bucket(const rankstat_reporter* reporter, uint32_t id, uint32_t bucket,
+                              uint64_t* out_count) {
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    if (out_count == nullptr)
+      return fail(Status::kInvalidArgument, "rankstat_histogram_bucket: out_count is NULL");
+    return result(reporter->reporter.histogram_bucket(id, bucket, *out_count));
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_histogram_bucket_add(rankstat_reporter* reporter, uint32_t id, uint32_t bucket, uint64_t count) {
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    return result(reporter->reporter.histogram_bucket_add(id, bucket, count));
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_histogram_add_sum(rankstat_reporter* reporter, uint32_t id, double sum_delta) {
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    return result(reporter->reporter.histogram_add_sum(id, sum_delta));
   } catch (...) {
     return internal_error();
   }

@@ -243,45 +243,59 @@ void Reporter::heartbeat() noexcept {
   shm::shared(file_.header()->heartbeat_ns).store(shm::coarse_monotonic_ns(), std::memory_order_relaxed);
 }
 
-Status Reporter::register_counter(std::string_view family, const shm::LabelPairs& labels,
-                                  std::uint32_t& id) noexcept {
+Status Reporter::add_series(shm::SeriesKind kind, shm::GaugeMode mode, std::string_view family,
+                            const shm::LabelPairs& labels, std::span<const double> bounds,
+                            std::uint32_t flags, std::string_view help, std::uint32_t& id) noexcept {
   if (!is_open()) return Status::kClosed;
   std::uint32_t index = 0;
-  const Status status = status_from_register(cumulative_.register_series(
-      shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family, labels, {}, index));
-  if (status != Status::kOk) return status;
-  series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kCounter));
+  try {
+    const Status status = status_from_register(
+        cumulative_.register_series(kind, mode, family, labels, bounds, index, flags, help));
+    if (status != Status::kOk) return status;
+  } catch (...) {
+    return Status::kIo;  // the help-text table could not grow: out of memory
+  }
+  series_kinds_.push_back(static_cast<std::uint8_t>(kind));
   id = index;
   return Status::kOk;
+}
+
+Status Reporter::register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id,
+                                  std::string_view help) noexcept {
+  return add_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family, labels, {}, 0, help, id);
 }
 
 Status Reporter::register_gauge(std::string_view family, shm::GaugeMode mode, const shm::LabelPairs& labels,
-                                std::uint32_t& id) noexcept {
-  if (!is_open()) return Status::kClosed;
-  std::uint32_t index = 0;
-  const Status status = status_from_register(
-      cumulative_.register_series(shm::SeriesKind::kGauge, mode, family, labels, {}, index));
-  if (status != Status::kOk) return status;
-  series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kGauge));
-  id = index;
-  return Status::kOk;
+                                std::uint32_t& id, std::string_view help) noexcept {
+  return add_series(shm::SeriesKind::kGauge, mode, family, labels, {}, 0, help, id);
 }
 
 Status Reporter::register_histogram(std::string_view family, const shm::LabelPairs& labels,
-                                    std::span<const double> bounds, std::uint32_t& id) noexcept {
-  if (!is_open()) return Status::kClosed;
-  std::uint32_t index = 0;
-  const Status status = status_from_register(cumulative_.register_series(
-      shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, family, labels, bounds, index));
-  if (status != Status::kOk) return status;
-  series_kinds_.push_back(static_cast<std::uint8_t>(shm::SeriesKind::kHistogram));
-  id = index;
-  return Status::kOk;
+                                    std::span<const double> bounds, std::uint32_t& id,
+                                    std::string_view help) noexcept {
+  return add_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, family, labels, bounds, 0, help, id);
+}
+
+Status Reporter::register_series(const SeriesSpec& spec, std::uint32_t& id) noexcept {
+  static const shm::LabelPairs kNoLabels;
+  return add_series(spec.kind, spec.kind == shm::SeriesKind::kGauge ? spec.mode : shm::GaugeMode::kAll,
+                    spec.family, spec.labels != nullptr ? *spec.labels : kNoLabels, spec.bounds, spec.flags,
+                    spec.help, id);
 }
 
 Status Reporter::check_series(std::uint32_t id, shm::SeriesKind kind) const noexcept {
   if (!is_open()) return Status::kClosed;
   if (id >= series_kinds_.size() || series_kinds_[id] != static_cast<std::uint8_t>(kind)) {
+    return Status::kInvalidArgument;
+  }
+  return Status::kOk;
+}
+
+Status Reporter::check_distribution(std::uint32_t id) const noexcept {
+  if (!is_open()) return Status::kClosed;
+  if (id >= series_kinds_.size() ||
+      (series_kinds_[id] != static_cast<std::uint8_t>(shm::SeriesKind::kHistogram) &&
+       series_kinds_[id] != static_cast<std::uint8_t>(shm::SeriesKind::kSummary))) {
     return Status::kInvalidArgument;
   }
   return Status::kOk;
@@ -295,9 +309,35 @@ Status Reporter::counter_add(std::uint32_t id, double delta) noexcept {
   return Status::kOk;
 }
 
+namespace {
+
+// The ring copy of a gauge update. Its fate (appended or dropped, counted in the header either way) does
+// not change the call's result: the value itself is already in the cumulative block.
+void append_gauge_update(shm::RingWriter& ring, std::uint32_t id, double value, std::uint64_t now_ns) {
+  shm::AppendStatus appended = shm::AppendStatus::kOk;
+  std::uint8_t* payload = ring.claim(shm::RecordType::kSeriesUpdate, shm::kSeriesUpdateVersion,
+                                     sizeof(shm::SeriesUpdateRecord), appended);
+  if (payload == nullptr) return;
+  const shm::SeriesUpdateRecord record{id, static_cast<std::uint32_t>(shm::SeriesUpdateOp::kGaugeSet), value};
+  std::memcpy(payload, &record, sizeof record);
+  ring.commit(now_ns);
+}
+
+}  // namespace
+
 Status Reporter::gauge_set(std::uint32_t id, double value) noexcept {
   if (const Status status = check_series(id, shm::SeriesKind::kGauge); status != Status::kOk) return status;
-  cumulative_.gauge_set(id, value, shm::coarse_monotonic_ns());
+  const std::uint64_t now_ns = shm::coarse_monotonic_ns();
+  cumulative_.gauge_set(id, value, now_ns);
+  append_gauge_update(ring_, id, value, now_ns);
+  return Status::kOk;
+}
+
+Status Reporter::gauge_add(std::uint32_t id, double delta) noexcept {
+  if (const Status status = check_series(id, shm::SeriesKind::kGauge); status != Status::kOk) return status;
+  const std::uint64_t now_ns = shm::coarse_monotonic_ns();
+  const double value = cumulative_.gauge_add(id, delta, now_ns);
+  append_gauge_update(ring_, id, value, now_ns);
   return Status::kOk;
 }
 
@@ -307,9 +347,36 @@ Status Reporter::histogram_observe(std::uint32_t id, double value) noexcept {
 
 Status Reporter::histogram_observe_many(std::uint32_t id, double value, std::uint64_t count,
                                         double sum_delta) noexcept {
-  if (const Status status = check_series(id, shm::SeriesKind::kHistogram); status != Status::kOk)
-    return status;
+  if (const Status status = check_distribution(id); status != Status::kOk) return status;
   cumulative_.histogram_observe(id, value, count, sum_delta);
+  return Status::kOk;
+}
+
+Status Reporter::histogram_bucket_add(std::uint32_t id, std::uint32_t bucket, std::uint64_t count) noexcept {
+  if (const Status status = check_distribution(id); status != Status::kOk) return status;
+  if (bucket > cumulative_.descriptor(id).bucket_count) return Status::kInvalidArgument;
+  cumulative_.histogram_bucket_add(id, bucket, count);
+  return Status::kOk;
+}
+
+Status Reporter::histogram_add_sum(std::uint32_t id, double sum_delta) noexcept {
+  if (const Status status = check_distribution(id); status != Status::kOk) return status;
+  cumulative_.histogram_add_sum(id, sum_delta);
+  return Status::kOk;
+}
+
+Status Reporter::series_value(std::uint32_t id, double& value) const noexcept {
+  if (!is_open()) return Status::kClosed;
+  if (id >= series_kinds_.size()) return Status::kInvalidArgument;
+  value = cumulative_.value(id);
+  return Status::kOk;
+}
+
+Status Reporter::histogram_bucket(std::uint32_t id, std::uint32_t bucket,
+                                  std::uint64_t& count) const noexcept {
+  if (const Status status = check_distribution(id); status != Status::kOk) return status;
+  if (bucket > cumulative_.descriptor(id).bucket_count) return Status::kInvalidArgument;
+  count = cumulative_.bucket_count_value(id, bucket);
   return Status::kOk;
 }
 

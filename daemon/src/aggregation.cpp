@@ -7,7 +7,6 @@
 #include <iterator>
 #include <limits>
 
-#include "engine_catalog.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
 #include "text_exposition.hpp"
 
@@ -90,14 +89,17 @@ FamilySet::Family* FamilySet::touch_family(Family& f, bool inserted, std::string
 
 FamilySet::Series* FamilySet::series_for(Family& family, const Labels& labels, std::string_view pid_label,
                                          const Contributor& from, bool& inserted) {
-  label_key(key_scratch_, labels, pid_label);
+  // Labels are kept sorted by name, pid included, as prometheus_client writes them: the key is then the
+  // same whatever order a contributor gave them in.
+  sorted_scratch_ = labels;
+  if (!pid_label.empty()) sorted_scratch_.push_back({"pid", std::string(pid_label)});
+  std::sort(sorted_scratch_.begin(), sorted_scratch_.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  label_key(key_scratch_, sorted_scratch_, {});
   auto [it, fresh] = family.series.try_emplace(key_scratch_);
   if (fresh) family.ordered_stale = true;
   Series& s = it->second;
-  if (fresh) {
-    s.labels = labels;
-    if (!pid_label.empty()) s.labels.push_back({"pid", std::string(pid_label)});
-  }
+  if (fresh) s.labels = sorted_scratch_;
   return touch_series(s, fresh, from, inserted);
 }
 
@@ -224,19 +226,20 @@ void FamilySet::add_counter(const std::string& name, std::string_view help, cons
 
 void FamilySet::add_histogram(const std::string& name, std::string_view help, const Labels& labels,
                               const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts,
-                              double sum, const Contributor& from, Slot* slot, std::uint64_t tag) {
-  if (counts.size() != bounds.size() + 1) {
+                              double sum, const Contributor& from, Slot* slot, std::uint64_t tag,
+                              bool summary) {
+  const MetricType type = summary ? MetricType::Summary : MetricType::Histogram;
+  if (counts.size() != bounds.size() + 1 || (summary && !bounds.empty())) {
     // Still takes part in the family's type check, as a contribution does.
     if (slot != nullptr && slot_valid(*slot, tag)) {
-      touch_family(*slot->family_, false, help, MetricType::Histogram, shm::GaugeMode::kSum, true);
+      touch_family(*slot->family_, false, help, type, shm::GaugeMode::kSum, true);
     } else {
-      family_for(name, help, MetricType::Histogram, shm::GaugeMode::kSum);
+      family_for(name, help, type, shm::GaugeMode::kSum);
     }
     return;
   }
   bool inserted = false;
-  Series* found =
-      resolve(slot, tag, name, help, MetricType::Histogram, shm::GaugeMode::kSum, labels, {}, from, inserted);
+  Series* found = resolve(slot, tag, name, help, type, shm::GaugeMode::kSum, labels, {}, from, inserted);
   if (found == nullptr) return;
   Series& s = *found;
   if (inserted) {
@@ -260,9 +263,6 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
     family.name = name;
     family.help = f.help;
     family.type = f.type;
-    // Summaries travel as histograms without finite bounds; the catalog says which families they are.
-    const bool as_summary = f.type == MetricType::Histogram && engine_family_is_summary(name);
-    if (as_summary) family.type = MetricType::Summary;
     family.metric.reserve(f.series.size());
     for (auto& [key, s] : f.series) {
       if (!s.has_value || s.round != round_) continue;
@@ -275,12 +275,11 @@ std::vector<prometheus::MetricFamily> FamilySet::finish() {
         case MetricType::Counter:
           m.counter.value = s.value;
           break;
+        case MetricType::Summary:
+          for (const std::uint64_t c : s.counts) m.summary.sample_count += c;
+          m.summary.sample_sum = s.sum;
+          break;
         case MetricType::Histogram: {
-          if (as_summary) {
-            for (const std::uint64_t c : s.counts) m.summary.sample_count += c;
-            m.summary.sample_sum = s.sum;
-            break;
-          }
           std::uint64_t cumulative = 0;
           for (std::size_t i = 0; i < s.bounds.size(); ++i) {
             cumulative += s.counts[i];
@@ -320,6 +319,7 @@ double without_rounding_regress(double value, double& last) {
 }  // namespace
 
 void FamilySet::render_series(std::string& out, const std::string& name, MetricType type, Series& s) {
+  constexpr auto kDialect = exposition::Dialect::kPrometheusClient;
   // The heads depend on the name, labels, output type and (histograms) the bounds only: rendered once.
   const bool histogram = type == MetricType::Histogram;
   if (s.head_type != static_cast<int>(type) || (histogram && s.head_bounds != s.bounds)) {
@@ -327,22 +327,22 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
     s.head_ends.clear();
     auto mark = [&s] { s.head_ends.push_back(static_cast<std::uint32_t>(s.heads.size())); };
     if (type == MetricType::Gauge || type == MetricType::Counter) {
-      exposition::append_head(s.heads, name, {}, s.labels);
+      exposition::append_head(s.heads, name, {}, s.labels, {}, {}, kDialect);
       mark();
     } else {
-      exposition::append_head(s.heads, name, "_count", s.labels);
+      exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect);
       mark();
-      exposition::append_head(s.heads, name, "_sum", s.labels);
+      exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect);
       mark();
       if (histogram) {
         std::string bound;
         for (const double b : s.bounds) {
           bound.clear();
-          exposition::append_value(bound, b);
-          exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound);
+          exposition::append_client_value(bound, b);
+          exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound, kDialect);
           mark();
         }
-        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf");
+        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf", kDialect);
         mark();
         s.head_bounds = s.bounds;
       }
@@ -355,43 +355,33 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
     out.append(s.heads, begin, s.head_ends[head] - begin);
     ++head;
   };
+  auto put_value = [&](double value) {
+    exposition::append_client_value(out, value);
+    out.push_back('\n');
+  };
   switch (type) {
     case MetricType::Gauge:
       put_head();
-      exposition::append_value(out, s.value);
-      out.push_back('\n');
+      put_value(s.value);
       break;
     case MetricType::Counter:
       put_head();
-      exposition::append_value(out, without_rounding_regress(s.value, s.exported_total));
-      out.push_back('\n');
+      put_value(without_rounding_regress(s.value, s.exported_total));
       break;
-    case MetricType::Summary: {
-      std::uint64_t count = 0;
-      for (const std::uint64_t c : s.counts) count += c;
-      put_head();
-      exposition::append_count(out, count);
-      out.push_back('\n');
-      put_head();
-      exposition::append_value(out, without_rounding_regress(s.sum, s.exported_sum));
-      out.push_back('\n');
-      break;
-    }
+    case MetricType::Summary:
     case MetricType::Histogram: {
       std::uint64_t total = 0;
       for (const std::uint64_t c : s.counts) total += c;
       put_head();
-      exposition::append_count(out, total);
-      out.push_back('\n');
+      put_value(static_cast<double>(total));
       put_head();
-      exposition::append_value(out, without_rounding_regress(s.sum, s.exported_sum));
-      out.push_back('\n');
+      put_value(without_rounding_regress(s.sum, s.exported_sum));
+      if (type == MetricType::Summary) break;
       std::uint64_t cumulative = 0;
       for (const std::uint64_t c : s.counts) {
         cumulative += c;
         put_head();
-        exposition::append_count(out, cumulative);
-        out.push_back('\n');
+        put_value(static_cast<double>(cumulative));
       }
       break;
     }
@@ -409,9 +399,7 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
       continue;
     }
     const std::string& name = fit->first;
-    // Summaries travel as histograms without finite bounds; the catalog says which families they are.
-    const bool as_summary = f.type == MetricType::Histogram && engine_family_is_summary(name);
-    const MetricType type = as_summary ? MetricType::Summary : f.type;
+    const MetricType type = f.type;
     if (f.ordered_stale) {
       f.ordered.clear();
       f.ordered.reserve(f.series.size());
@@ -426,7 +414,8 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
         continue;
       }
       if (s->has_value) {
-        if (!written) exposition::append_family_header(out, name, f.help, type);
+        if (!written)
+          exposition::append_family_header(out, name, f.help, type, exposition::Dialect::kPrometheusClient);
         written = true;
         render_series(out, name, type, *s);
       }
@@ -474,9 +463,7 @@ Labels identity_labels(const shm::SegmentHeader& h, const std::string& instance_
 }
 
 Labels series_labels(const Labels& identity, const SeriesState& series) {
-  // The client API has no way to set the flag yet; SGLang's label-less families are known by name.
-  const bool own_labels_only = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0 ||
-                               engine_family_without_identity_labels(series.info.family);
+  const bool own_labels_only = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
   Labels labels = own_labels_only ? Labels{} : identity;
   for (const auto& [name, value] : series.info.labels) set_label(labels, name, value);
   return labels;
@@ -488,15 +475,22 @@ bool exports_engine_metrics(const shm::SegmentHeader& h) {
   return (h.attn_tp_rank == 0 && h.attn_cp_rank <= 0) || (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
 }
 
-bool exported_as_snapshot_gauge(std::string_view field) {
-  // SGLang now feeds these per KV transfer into histograms, not from the scheduler snapshot.
-  return field != "kv_transfer_speed_gb_s" && field != "kv_transfer_latency_ms";
+std::string snapshot_family_name(const shm::ScalarField& field) {
+  return std::string(shm::kSnapshotFamilyPrefix).append(field.name);
 }
 
-shm::GaugeMode snapshot_field_mode(std::string_view field) {
-  // SGLang declares these two without a multiprocess_mode, so prometheus_client's default "all" applies.
-  if (field == "num_retracted_reqs" || field == "num_paused_reqs") return shm::GaugeMode::kAll;
-  return shm::GaugeMode::kMostRecent;
+bool snapshot_field_gauge_mode(const shm::ScalarField& field, shm::GaugeMode& mode) {
+  switch (field.exported) {
+    case shm::FieldExport::kMostRecentGauge:
+      mode = shm::GaugeMode::kMostRecent;
+      return true;
+    case shm::FieldExport::kPerProcessGauge:
+      mode = shm::GaugeMode::kAll;
+      return true;
+    case shm::FieldExport::kNotExported:
+      break;
+  }
+  return false;
 }
 
 namespace {
@@ -518,14 +512,14 @@ void collect_routing_key_bins(const SchedulerView& view, const Labels& base, con
                : std::to_string(b);
   };
   const struct {
-    const char* family;
+    const shm::RoutingKeyFamily& family;
     const std::uint64_t* bins;
-  } histograms[] = {{"sglang:routing_key_running_req_count", view.fixed.routing_key_running_req_counts},
-                    {"sglang:routing_key_all_req_count", view.fixed.routing_key_all_req_counts}};
+  } histograms[] = {{shm::kRoutingKeyFamilies[0], view.fixed.routing_key_running_req_counts},
+                    {shm::kRoutingKeyFamilies[1], view.fixed.routing_key_all_req_counts}};
   slots.resize(std::size(histograms) * shm::kRoutingKeyBins);
   std::size_t index = 0;
   for (const auto& h : histograms) {
-    const std::string name = h.family;
+    const std::string name = h.family.name;
     for (std::size_t i = 0; i < shm::kRoutingKeyBins; ++i) {
       FamilySet::Slot& slot = slots[index++];
       Labels labels;
@@ -534,7 +528,7 @@ void collect_routing_key_bins(const SchedulerView& view, const Labels& base, con
         labels = base;
         labels.push_back({"gt", i == 0 ? std::string("0") : bound_text(i - 1)});
         labels.push_back({"le", bound_text(i)});
-        help = engine_help(name);
+        help = h.family.help;
       }
       out.add_gauge(name, help, shm::GaugeMode::kMostRecent, labels, static_cast<double>(h.bins[i]),
                     view.timestamp_ns, from, &slot);
@@ -554,12 +548,12 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     FamilySet::Slot& slot = slots.snapshot[field_index++];
     if (!shm::field_present(view.fixed, field)) continue;
-    if (!exported_as_snapshot_gauge(field.name)) continue;
+    shm::GaugeMode mode = shm::GaugeMode::kMostRecent;
+    if (!snapshot_field_gauge_mode(field, mode)) continue;
     const double value = shm::read_scalar(view.fixed, field).as_double();
-    name.assign("sglang:").append(field.name);
-    const shm::GaugeMode mode = snapshot_field_mode(field.name);
+    name.assign(shm::kSnapshotFamilyPrefix).append(field.name);
     if (mode == shm::GaugeMode::kAll && !keep_all_mode) continue;
-    const std::string_view help = out.slot_valid(slot, 0) ? std::string_view() : engine_help(name);
+    const std::string_view help = out.slot_valid(slot, 0) ? std::string_view() : std::string_view(field.help);
     out.add_gauge(name, help, mode, base, value, view.timestamp_ns, from, &slot);
     if (!priorities_on) continue;
     // Per-priority breakdown: every priority seen so far on this queue, 0 when absent now.
@@ -582,7 +576,7 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
       if (!out.slot_valid(priority_slot, tag)) {
         labels = base;
         set_label(labels, "priority", format_priority(seen));
-        priority_help = engine_help(name);
+        priority_help = field.help;
       }
       out.add_gauge(name, priority_help, mode, labels, static_cast<double>(count), view.timestamp_ns, from,
                     &priority_slot, tag);
@@ -592,30 +586,40 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
 }
 
 void collect_cumulative(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
-                        FamilySet& out, std::vector<FamilySet::Slot>& slots) {
+                        bool engine_rule_passed, FamilySet& out, std::vector<FamilySet::Slot>& slots) {
   slots.resize(s.series().size());
   std::size_t index = 0;
   Labels labels;
   for (const SeriesState& series : s.series()) {
     FamilySet::Slot& slot = slots[index++];
+    // A series declared with its own labels only came from the engine's own metric code, which already
+    // decided which rank reports it; the engine-level rule applies to series labelled by the segment.
+    const bool declared = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+    if (!declared && !engine_rule_passed) continue;
     // A published series never changes: once its slot is filled, its labels need not be built again.
     const bool known = out.slot_valid(slot, 0);
     if (!known) labels = series_labels(base, series);
-    const std::string_view help = known ? std::string_view() : engine_help(series.info.family);
+    std::string_view help;
+    if (!known) help = series.info.help;
     switch (series.info.kind) {
       case shm::SeriesKind::kCounter:
         out.add_counter(series.info.family, help, labels, series.value.value, from, &slot);
         break;
       case shm::SeriesKind::kGauge:
-        if (series.value.set_ns == 0) break;  // never set: absent, as prometheus_client does
+        // prometheus_client: a (live)mostrecent gauge without a timestamped set is absent; the other
+        // modes export a child at 0 from the moment it exists.
+        if (series.value.set_ns == 0 && (series.info.gauge_mode == shm::GaugeMode::kMostRecent ||
+                                         series.info.gauge_mode == shm::GaugeMode::kLiveMostRecent))
+          break;
         if (series.info.gauge_mode == shm::GaugeMode::kAll && !keep_all_mode) break;
         out.add_gauge(series.info.family, help, series.info.gauge_mode, labels, series.value.value,
                       series.value.set_ns, from, &slot);
         break;
       case shm::SeriesKind::kHistogram:
+      case shm::SeriesKind::kSummary:
         if (series.value.counts.size() != series.info.bounds.size() + 1) break;
         out.add_histogram(series.info.family, help, labels, series.info.bounds, series.value.counts,
-                          series.value.sum, from, &slot);
+                          series.value.sum, from, &slot, 0, series.info.kind == shm::SeriesKind::kSummary);
         break;
     }
   }
@@ -626,7 +630,8 @@ void collect_cumulative(const RankSegment& s, const Labels& base, const Contribu
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
                             FamilySet& out) {
   for (const RankSegment* s : generations) {
-    if (!exports_engine_metrics(s->identity()) || s->schema_conflict()) continue;
+    if (s->schema_conflict()) continue;
+    const bool engine_rule_passed = exports_engine_metrics(s->identity());
     const Labels base = identity_labels(s->identity(), options.instance_label);
     Contributor from;
     from.live = is_live(s->state());
@@ -638,8 +643,8 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
     const bool keep_all_mode = from.live || options.now_ns < s->state_since_ns() ||
                                options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
     FamilySet::SegmentSlots& slots = out.slots(s->name(), s->identity().generation, options.instance_label);
-    collect_snapshot(*s, base, from, keep_all_mode, out, slots);
-    collect_cumulative(*s, base, from, keep_all_mode, out, slots.cumulative);
+    if (engine_rule_passed) collect_snapshot(*s, base, from, keep_all_mode, out, slots);
+    collect_cumulative(*s, base, from, keep_all_mode, engine_rule_passed, out, slots.cumulative);
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/layout.hpp"
+#include "rankstat/shmproto/scheduler_snapshot.hpp"
 
 namespace rankstat {
 
@@ -73,12 +74,14 @@ class FamilySet {
                    const Contributor& from = {}, Slot* slot = nullptr, std::uint64_t tag = 0);
   void add_histogram(const std::string& name, std::string_view help, const Labels& labels,
                      const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum,
-                     const Contributor& from = {}, Slot* slot = nullptr, std::uint64_t tag = 0);
+                     const Contributor& from = {}, Slot* slot = nullptr, std::uint64_t tag = 0,
+                     bool summary = false);  // summary: no bounds, counts = {count}
 
   // The families in name order, series in label order. The set is left empty.
   std::vector<prometheus::MetricFamily> finish();
-  // Writes what finish() returns as text format 0.0.4, byte for byte as prometheus::TextSerializer
-  // writes it (text_exposition.hpp), and ends the round like finish(); but the set keeps every series'
+  // Writes what finish() returns as text format 0.0.4, byte for byte as append_families(...,
+  // Dialect::kPrometheusClient) writes it (text_exposition.hpp: prometheus_client's spelling), and ends
+  // the round like finish(); but the set keeps every series'
   // storage and pre-rendered sample heads for the next round, so a scrape that finds the same series
   // only writes values. Series and families not contributed in a round are dropped at its end.
   // `family_ends` (optional) receives the offset in `out` where each written family ends.
@@ -147,6 +150,7 @@ class FamilySet {
   std::uint64_t round_ = 1;   // rounds end at finish() or render()
   std::uint64_t layout_ = 1;  // changes whenever a series or family is erased: invalidates every slot
   std::string key_scratch_;
+  Labels sorted_scratch_;
   std::map<std::tuple<std::string, std::uint64_t, std::string>, SegmentSlots, std::less<>> slots_;
 };
 
@@ -169,11 +173,10 @@ struct CollectOptions {
 // unless all-schedulers mode is on.
 bool exports_engine_metrics(const shm::SegmentHeader& identity);
 
-// Whether a scheduler snapshot field is exported as a gauge (two fields are histograms in SGLang now).
-bool exported_as_snapshot_gauge(std::string_view field);
-
-// Gauge mode of a scheduler snapshot field (mostrecent, except SGLang's retract/pause gauges: all).
-shm::GaugeMode snapshot_field_mode(std::string_view field);
+// The exported family of a scheduler snapshot field and its gauge mode (from the record's own table,
+// shm::kSchedulerScalarFields); nullopt-like false when the field is not exported as a gauge.
+std::string snapshot_family_name(const shm::ScalarField& field);
+bool snapshot_field_gauge_mode(const shm::ScalarField& field, shm::GaugeMode& mode);
 
 // Adds every engine family that the generations contribute.
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,

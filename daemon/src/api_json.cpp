@@ -116,6 +116,14 @@ boost::json::object rank_detail_json(const RankSegment& s, std::uint64_t now_ns)
           entry["value"] = number_or_null(st.value.value);
         }
         break;
+      case shm::SeriesKind::kSummary: {
+        entry["type"] = "summary";
+        std::uint64_t count = 0;
+        for (auto c : st.value.counts) count += c;
+        entry["count"] = count;
+        entry["sum"] = number_or_null(st.value.sum);
+        break;
+      }
       case shm::SeriesKind::kHistogram: {
         entry["type"] = "histogram";
         std::uint64_t count = 0;

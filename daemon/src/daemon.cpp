@@ -375,7 +375,8 @@ struct Daemon::State {
     retired.contribute(engine);
     self.set_scrape_drops(engine.conflicts(), engine.collisions());
     body.reserve(last_body_bytes + last_body_bytes / 8);
-    // Byte for byte what prometheus::TextSerializer writes for engine.finish() followed by the self-metrics.
+    // The engine families in prometheus_client's spelling (what engine.finish() gives through
+    // exposition::serialize with Dialect::kPrometheusClient), then the self-metrics in prometheus-cpp's.
     engine.render(body, &family_ends);
     for (const prometheus::MetricFamily& family : self.collect(registry, http_counters(), now_ns)) {
       exposition::append_family(body, family);

@@ -167,6 +167,18 @@ bool RankSegment::drain(std::uint64_t now_ns) {
 }
 
 void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload) {
+  if (header.type == static_cast<std::uint16_t>(shm::RecordType::kSeriesUpdate)) {
+    // A gauge value as it was set. The exported value comes from the cumulative block; these records
+    // give the order and time of every value between two scrapes.
+    shm::SeriesUpdateRecord update{};
+    if (header.type_version < 1 || payload.size() < sizeof update) {
+      ++malformed_records_;
+      return;
+    }
+    std::memcpy(&update, payload.data(), sizeof update);
+    ++gauge_updates_;
+    return;
+  }
   if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot))
     return;  // unknown: skip
   if (header.type_version < 1 || payload.size() < sizeof(shm::SchedulerSnapshot)) {

@@ -108,6 +108,8 @@ class RankSegment {
   bool dropped_before_last_drain() const { return dropped_before_last_drain_; }
   std::uint64_t sequence_gaps() const { return sequence_gaps_; }
   std::uint64_t malformed_records() const { return malformed_records_; }
+  // Gauge update records drained (one per set of a gauge declared through the metric classes).
+  std::uint64_t gauge_updates() const { return gauge_updates_; }
   std::uint64_t invalid_series() const { return invalid_series_; }
   double ring_fill_ratio() const;
   // Records accepted by the writer per second, over the last few seconds.
@@ -157,6 +159,7 @@ class RankSegment {
   std::uint64_t records_drained_ = 0;
   std::uint64_t sequence_gaps_ = 0;
   std::uint64_t malformed_records_ = 0;
+  std::uint64_t gauge_updates_ = 0;
   std::uint64_t invalid_series_ = 0;
   std::uint64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_start_records_ = 0;

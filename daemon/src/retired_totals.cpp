@@ -12,8 +12,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine_catalog.hpp"
-
 namespace rankstat {
 namespace {
 
@@ -72,8 +70,11 @@ bool RetiredTotals::load(std::string& error) {
     }
     for (const auto& c : doc.at("counters").as_array()) {
       const auto& o = c.as_object();
+      Counter counter;
+      counter.value = o.at("value").to_number<double>();
+      if (const auto* help = o.if_contains("help")) counter.help = std::string(help->as_string());
       counters_[{std::string(o.at("family").as_string()), labels_from(o.at("labels").as_array())}] =
-          o.at("value").to_number<double>();
+          std::move(counter);
     }
     for (const auto& h : doc.at("histograms").as_array()) {
       const auto& o = h.as_object();
@@ -81,6 +82,9 @@ bool RetiredTotals::load(std::string& error) {
       for (const auto& b : o.at("bounds").as_array()) hist.bounds.push_back(b.to_number<double>());
       for (const auto& n : o.at("counts").as_array()) hist.counts.push_back(n.to_number<std::uint64_t>());
       hist.sum = o.at("sum").to_number<double>();
+      if (const auto* help = o.if_contains("help")) hist.help = std::string(help->as_string());
+      if (const auto* summary = o.if_contains("summary")) hist.summary = summary->as_bool();
+      if (hist.summary && !hist.bounds.empty()) throw std::runtime_error("a summary with bucket bounds");
       if (hist.counts.size() != hist.bounds.size() + 1) throw std::runtime_error("bucket count mismatch");
       histograms_[{std::string(o.at("family").as_string()), labels_from(o.at("labels").as_array())}] =
           std::move(hist);
@@ -106,9 +110,9 @@ bool RetiredTotals::save(std::string& error) const {
   }
   doc["generations"] = std::move(generations);
   boost::json::array counters;
-  for (const auto& [key, value] : counters_) {
-    counters.push_back(
-        boost::json::object{{"family", key.first}, {"labels", labels_json(key.second)}, {"value", value}});
+  for (const auto& [key, c] : counters_) {
+    counters.push_back(boost::json::object{
+        {"family", key.first}, {"labels", labels_json(key.second)}, {"value", c.value}, {"help", c.help}});
   }
   doc["counters"] = std::move(counters);
   boost::json::array histograms;
@@ -119,7 +123,9 @@ bool RetiredTotals::save(std::string& error) const {
                                              {"labels", labels_json(key.second)},
                                              {"bounds", std::move(bounds)},
                                              {"counts", std::move(counts)},
-                                             {"sum", h.sum}});
+                                             {"sum", h.sum},
+                                             {"help", h.help},
+                                             {"summary", h.summary}});
   }
   doc["histograms"] = std::move(histograms);
   const std::string text = boost::json::serialize(doc) + "\n";
@@ -153,32 +159,38 @@ void RetiredTotals::forget_generations_except(const std::set<GenerationKey>& sti
 }
 
 void RetiredTotals::add_counter(const GenerationKey& generation, const std::string& family,
-                                const Labels& labels, double value) {
+                                const Labels& labels, double value, const std::string& help) {
   if (generations_.count(generation) != 0 || !std::isfinite(value)) return;
-  counters_[{family, labels}] += value;
+  Counter& c = counters_[{family, labels}];
+  c.value += value;
+  if (!help.empty()) c.help = help;
 }
 
 void RetiredTotals::add_histogram(const GenerationKey& generation, const std::string& family,
                                   const Labels& labels, const std::vector<double>& bounds,
-                                  const std::vector<std::uint64_t>& counts, double sum) {
+                                  const std::vector<std::uint64_t>& counts, double sum,
+                                  const std::string& help, bool summary) {
   if (generations_.count(generation) != 0 || counts.size() != bounds.size() + 1) return;
   auto [it, inserted] = histograms_.try_emplace({family, labels});
   Histogram& h = it->second;
   if (inserted) {
     h.bounds = bounds;
     h.counts.assign(counts.size(), 0);
-  } else if (h.bounds != bounds) {
+    h.summary = summary;
+  } else if (h.bounds != bounds || h.summary != summary) {
     return;  // the live aggregation counts this conflict; a retired total cannot merge it either
   }
   for (std::size_t i = 0; i < counts.size(); ++i) h.counts[i] += counts[i];
   h.sum += sum;
+  if (!help.empty()) h.help = help;
 }
 
 void RetiredTotals::contribute(FamilySet& out) const {
-  for (const auto& [key, value] : counters_)
-    out.add_counter(key.first, engine_help(key.first), key.second, value);
+  for (const auto& [key, c] : counters_) {
+    out.add_counter(key.first, c.help, key.second, c.value);
+  }
   for (const auto& [key, h] : histograms_) {
-    out.add_histogram(key.first, engine_help(key.first), key.second, h.bounds, h.counts, h.sum);
+    out.add_histogram(key.first, h.help, key.second, h.bounds, h.counts, h.sum, {}, nullptr, 0, h.summary);
   }
 }
 

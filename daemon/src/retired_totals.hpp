@@ -38,10 +38,13 @@ class RetiredTotals {
   void forget_generations_except(const std::set<GenerationKey>& still_present);
 
   // Folds one generation's counter and histogram series (labels already composed).
+  // `help` is the family's HELP text as the engine declared it (empty: the typed record's catalog);
+  // `summary`: a summary (no bounds), exported as such.
   void add_counter(const GenerationKey& generation, const std::string& family, const Labels& labels,
-                   double value);
+                   double value, const std::string& help = {});
   void add_histogram(const GenerationKey& generation, const std::string& family, const Labels& labels,
-                     const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum);
+                     const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum,
+                     const std::string& help = {}, bool summary = false);
   void mark_retired(const GenerationKey& generation) { generations_.insert(generation); }
 
   // Adds the retired totals to a family set (help text from the catalog).
@@ -50,16 +53,22 @@ class RetiredTotals {
   std::size_t generations() const { return generations_.size(); }
 
  private:
+  struct Counter {
+    double value = 0;
+    std::string help;
+  };
   struct Histogram {
     std::vector<double> bounds;
     std::vector<std::uint64_t> counts;
     double sum = 0;
+    std::string help;
+    bool summary = false;
   };
   using SeriesKey = std::pair<std::string, Labels>;
 
   std::string path_;
   std::set<GenerationKey> generations_;
-  std::map<SeriesKey, double> counters_;
+  std::map<SeriesKey, Counter> counters_;
   std::map<SeriesKey, Histogram> histograms_;
 };
 

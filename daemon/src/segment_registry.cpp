@@ -38,8 +38,9 @@ SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired
     : options_(std::move(options)), retired_(retired) {
   shm::install_bus_guard();
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
-    if (!exported_as_snapshot_gauge(field.name)) continue;
-    schema_[std::string("sglang:") + field.name] = {shm::SeriesKind::kGauge, snapshot_field_mode(field.name)};
+    shm::GaugeMode mode = shm::GaugeMode::kMostRecent;
+    if (snapshot_field_gauge_mode(field, mode))
+      schema_[snapshot_family_name(field)] = {shm::SeriesKind::kGauge, mode};
   }
 }
 
@@ -376,14 +377,21 @@ int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseco
 bool SegmentRegistry::retire(RankSegment& s) {
   s.refresh_cumulative();
   const RetiredTotals::GenerationKey key{s.name(), s.identity().generation};
-  if (exports_engine_metrics(s.identity()) && !s.schema_conflict()) {
+  if (!s.schema_conflict()) {
+    // The same series as the exposition takes from a live generation (collect_engine_metrics).
+    const bool engine_rule_passed = exports_engine_metrics(s.identity());
     const Labels base = identity_labels(s.identity(), options_.instance_label);
     for (const SeriesState& series : s.series()) {
+      const bool declared = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+      if (!declared && !engine_rule_passed) continue;
       if (series.info.kind == shm::SeriesKind::kCounter) {
-        retired_.add_counter(key, series.info.family, series_labels(base, series), series.value.value);
-      } else if (series.info.kind == shm::SeriesKind::kHistogram) {
+        retired_.add_counter(key, series.info.family, series_labels(base, series), series.value.value,
+                             series.info.help);
+      } else if (series.info.kind == shm::SeriesKind::kHistogram ||
+                 series.info.kind == shm::SeriesKind::kSummary) {
         retired_.add_histogram(key, series.info.family, series_labels(base, series), series.info.bounds,
-                               series.value.counts, series.value.sum);
+                               series.value.counts, series.value.sum, series.info.help,
+                               series.info.kind == shm::SeriesKind::kSummary);
       }
     }
   }

@@ -26,26 +26,43 @@
 
 namespace rankstat::exposition {
 
+// Two spellings of the same text format. Engine families are written as prometheus_client writes them,
+// because that is what an engine's users, dashboards and recorded series already have: values and
+// bucket bounds through floatToGoString ("1.0", "1e+06", "+Inf"), counts as floats, HELP escaped
+// (\\ and \n), every sample's labels sorted by name (le and pid included). prometheus_client and
+// Prometheus 2.x treat le="1" and le="1.0" as different series, so this is not cosmetic. rankstatd's own
+// metrics keep prometheus-cpp's spelling, which its data model was built with.
+enum class Dialect : std::uint8_t { kPrometheusCpp, kPrometheusClient };
+
 // A value as prometheus-cpp writes it: %.16g, "Nan", "+Inf", "-Inf".
 void append_value(std::string& out, double value);
+// A value as prometheus_client's floatToGoString writes it: Python's repr() of the float ("0.1",
+// "1e-05", "1.0"), positive values of seven or more integer digits as Go does ("1.234567e+06"), "NaN",
+// "+Inf", "-Inf".
+void append_client_value(std::string& out, double value);
 // An integer count (histogram buckets, _count).
 void append_count(std::string& out, std::uint64_t value);
 // A label value with \ " and newline escaped.
 void append_label_value(std::string& out, std::string_view value);
-// "# HELP ..." (if help is non-empty) and "# TYPE ..." lines.
+// "# HELP ..." and "# TYPE ..." lines. prometheus-cpp: HELP only when non-empty, not escaped;
+// prometheus_client: HELP always, with \ and newline escaped.
 void append_family_header(std::string& out, std::string_view name, std::string_view help,
-                          prometheus::MetricType type);
+                          prometheus::MetricType type, Dialect dialect = Dialect::kPrometheusCpp);
 // A sample's head: name, suffix, labels (and one extra label whose value is already formatted text),
-// then the space before the value: `name_suffix{a="x",le="0.5"} `.
+// then the space before the value: `name_suffix{a="x",le="0.5"} `. prometheus-cpp puts the extra label
+// last; prometheus_client sorts it in among the others (which the caller gives sorted).
 void append_head(std::string& out, std::string_view name, std::string_view suffix,
                  const std::vector<prometheus::ClientMetric::Label>& labels, std::string_view extra_name = {},
-                 std::string_view extra_value_text = {});
+                 std::string_view extra_value_text = {}, Dialect dialect = Dialect::kPrometheusCpp);
 
-// One family, exactly as prometheus::TextSerializer writes it.
-void append_family(std::string& out, const prometheus::MetricFamily& family);
-// The whole exposition; equal to prometheus::TextSerializer().Serialize(families).
-std::string serialize(const std::vector<prometheus::MetricFamily>& families);
-void append_families(std::string& out, const std::vector<prometheus::MetricFamily>& families);
+// One family; with kPrometheusCpp exactly as prometheus::TextSerializer writes it.
+void append_family(std::string& out, const prometheus::MetricFamily& family,
+                   Dialect dialect = Dialect::kPrometheusCpp);
+// The whole exposition; with kPrometheusCpp equal to prometheus::TextSerializer().Serialize(families).
+std::string serialize(const std::vector<prometheus::MetricFamily>& families,
+                      Dialect dialect = Dialect::kPrometheusCpp);
+void append_families(std::string& out, const std::vector<prometheus::MetricFamily>& families,
+                     Dialect dialect = Dialect::kPrometheusCpp);
 
 // gzip (RFC 1952) of a body made of chunks (one per family), built from independently compressed
 // chunks: each chunk is a raw deflate stream ended with a sync flush (byte aligned, not final), the

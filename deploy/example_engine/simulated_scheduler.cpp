@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
+#include <string_view>
 
 namespace rankstat::example {
 namespace {
@@ -17,17 +19,41 @@ std::vector<double> queue_time_buckets() {
 
 }  // namespace
 
+namespace {
+
+// A series with its HELP text (the daemon serves what the writer declares) and the segment's identity
+// labels (model_name, engine_type, ranks) added to its own.
+void declare(Reporter& reporter, shm::SeriesKind kind, std::string_view family, std::string_view help,
+             const shm::LabelPairs& labels, std::span<const double> bounds, std::uint32_t& id) {
+  Reporter::SeriesSpec spec;
+  spec.kind = kind;
+  spec.family = family;
+  spec.help = help;
+  spec.labels = &labels;
+  spec.bounds = bounds;
+  reporter.register_series(spec, id);
+}
+
+}  // namespace
+
 SimulatedScheduler::SimulatedScheduler(Reporter& reporter, SimulationOptions options)
     : reporter_(reporter), options_(options), random_(options.seed) {
-  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "prefill_compute"}},
-                             realtime_prefill_compute_);
-  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "prefill_cache"}},
-                             realtime_prefill_cache_);
-  reporter_.register_counter("sglang:realtime_tokens_total", {{"mode", "decode"}}, realtime_decode_);
-  reporter_.register_counter("sglang:num_retracted_requests_total", {}, retracted_requests_);
-  reporter_.register_counter("sglang:num_requests_finished_total", {}, requests_finished_);
+  constexpr auto kCounter = shm::SeriesKind::kCounter;
+  constexpr std::string_view kRealtimeHelp =
+      "Tokens processed, by mode: prefill compute, prefill cache, decode.";
+  declare(reporter_, kCounter, "sglang:realtime_tokens_total", kRealtimeHelp, {{"mode", "prefill_compute"}},
+          {}, realtime_prefill_compute_);
+  declare(reporter_, kCounter, "sglang:realtime_tokens_total", kRealtimeHelp, {{"mode", "prefill_cache"}}, {},
+          realtime_prefill_cache_);
+  declare(reporter_, kCounter, "sglang:realtime_tokens_total", kRealtimeHelp, {{"mode", "decode"}}, {},
+          realtime_decode_);
+  declare(reporter_, kCounter, "sglang:num_retracted_requests_total",
+          "Requests retracted to the waiting queue.", {}, {}, retracted_requests_);
+  declare(reporter_, kCounter, "sglang:num_requests_finished_total", "Requests the scheduler finished.", {},
+          {}, requests_finished_);
   const std::vector<double> buckets = queue_time_buckets();
-  reporter_.register_histogram("sglang:queue_time_seconds", {}, buckets, queue_time_);
+  declare(reporter_, shm::SeriesKind::kHistogram, "sglang:queue_time_seconds",
+          "Time requests waited in the scheduler queue, in seconds.", {}, buckets, queue_time_);
 }
 
 std::int64_t SimulatedScheduler::used_tokens() const {

@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
   std::uint32_t counter = 0;
   std::uint32_t histogram = 0;
   const double bounds[] = {0.1, 1, 10};
-  reporter.register_counter("sglang:test_events_total", {{"kind", "unit"}}, counter);
-  reporter.register_histogram("sglang:test_latency_seconds", {}, bounds, histogram);
+  reporter.register_counter("sglang:test_events_total", {{"kind", "unit"}}, counter, "Test events by kind.");
+  reporter.register_histogram("sglang:test_latency_seconds", {}, bounds, histogram,
+                              "Test latency in seconds.");
   std::uint64_t events_total = 0;
   for (int i = 0; i < events; ++i) {
     reporter.counter_add(counter, 1);
@@ -114,7 +115,8 @@ int main(int argc, char** argv) {
     }
     std::uint32_t id = 0;
     const auto status = reporter.register_gauge(
-        spec.substr(0, first), static_cast<rankstat::shm::GaugeMode>(mode - std::begin(kModes)), {}, id);
+        spec.substr(0, first), static_cast<rankstat::shm::GaugeMode>(mode - std::begin(kModes)), {}, id,
+        "A test gauge.");
     if (status != rankstat::Status::kOk) {
       std::fprintf(stderr, "register_gauge %s failed\n", spec.c_str());
       return 2;

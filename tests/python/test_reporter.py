@@ -24,8 +24,8 @@ class Library(unittest.TestCase):
         lib, layout = rankstat.load_library()
         self.assertEqual(layout.major, rankstat.LAYOUT_MAJOR)
         self.assertIn(layout.hash, rankstat.KNOWN_LAYOUT_HASHES,
-                      f"the library's layout hash is {layout.hash:#018x}: check the packing in rankstat/reporter.py "
-                      "against shmproto and add it to KNOWN_LAYOUT_HASHES")
+                      f"the library's layout hash is {layout.hash:#018x}: check the packing in "
+                      "rankstat/reporter.py against shmproto and add it to KNOWN_LAYOUT_HASHES")
         self.assertEqual(layout.priority_count_bytes, 16)
 
     def test_the_field_table_covers_the_snapshot_without_overlap(self):

@@ -129,11 +129,64 @@ int rankstat_register_histogram(rankstat_reporter* reporter, const char* family,
                                 const double* bounds, uint32_t bound_count, uint32_t* out_id);
 
 int rankstat_counter_add(rankstat_reporter* reporter, uint32_t id, double delta);
+/* Sets the gauge's value in the cumulative block (what the daemon exports; a full ring loses nothing) and
+ * appends a timestamped update record to the ring, so the daemon sees every value in order. */
 int rankstat_gauge_set(rankstat_reporter* reporter, uint32_t id, double value);
 int rankstat_histogram_observe(rankstat_reporter* reporter, uint32_t id, double value);
 /* `count` samples in the bucket of `value`, `sum_delta` added to the sum (SGLang's bulk ITL observe). */
 int rankstat_histogram_observe_many(rankstat_reporter* reporter, uint32_t id, double value, uint64_t count,
                                     double sum_delta);
+
+/* ---- Declared series: what a prometheus_client-compatible binding registers ----------------------- */
+
+#define RANKSTAT_KIND_COUNTER 1
+#define RANKSTAT_KIND_GAUGE 2
+#define RANKSTAT_KIND_HISTOGRAM 3
+#define RANKSTAT_KIND_SUMMARY 4 /* count and sum only, as prometheus_client's multiprocess summaries */
+
+/* The series is exported with its own labels only: the segment's identity labels (model_name, ranks, ...)
+ * are not added. A binding that passes the engine's own label dicts sets it. */
+#define RANKSTAT_SERIES_OWN_LABELS_ONLY 1u
+
+/* Everything the daemon needs to serve a series exactly as the engine declared it. Set struct_size to
+ * sizeof(rankstat_series_spec). `family` is the name as exposed in the text format (a counter's name
+ * with its _total suffix, a histogram's without _bucket); `help` is the HELP text (any UTF-8, NULL = none;
+ * the daemon escapes it); label values are any UTF-8 without NUL. Label names must be valid Prometheus
+ * names, unique, not `__`-prefixed, and not `le` (histograms) or `quantile` (summaries). Histogram bounds
+ * are the finite upper bounds, strictly increasing (+Inf is implicit). */
+typedef struct rankstat_series_spec {
+  uint32_t struct_size;
+  uint32_t kind;  /* RANKSTAT_KIND_* */
+  uint32_t mode;  /* gauges: RANKSTAT_MODE_*; ignored for the other kinds */
+  uint32_t flags; /* RANKSTAT_SERIES_* */
+  const char* family;
+  const char* help;
+  uint32_t label_count;
+  uint32_t bound_count;
+  const char* const* label_names;
+  const char* const* label_values;
+  const double* bounds;
+} rankstat_series_spec;
+
+/* Registers one series (one labelled child of a family). Registering the same family and label values
+ * twice gives two series that the daemon sums; a binding keeps its own child table. */
+int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_spec* spec, uint32_t* out_id);
+
+/* A gauge's value plus `delta` (prometheus_client's Gauge.inc / dec); like rankstat_gauge_set, it also
+ * appends a timestamped update record to the ring. */
+int rankstat_gauge_add(rankstat_reporter* reporter, uint32_t id, double delta);
+
+/* The current value of a series as this writer last stored it: a counter's total, a gauge's value, a
+ * histogram's or summary's sum. For bindings that expose prometheus_client's internals (`_value.get()`). */
+int rankstat_series_value(const rankstat_reporter* reporter, uint32_t id, double* out_value);
+/* Count in bucket `bucket` (0-based, bucket_count = the +Inf bucket; non-cumulative) of a histogram, or
+ * the count of a summary (bucket 0). */
+int rankstat_histogram_bucket(const rankstat_reporter* reporter, uint32_t id, uint32_t bucket,
+                              uint64_t* out_count);
+/* Adds `count` to bucket `bucket` only (prometheus_client's `child._buckets[i].inc(n)`), and `sum_delta`
+ * to the sum through rankstat_histogram_add_sum (`child._sum.inc(x)`). */
+int rankstat_histogram_bucket_add(rankstat_reporter* reporter, uint32_t id, uint32_t bucket, uint64_t count);
+int rankstat_histogram_add_sum(rankstat_reporter* reporter, uint32_t id, double sum_delta);
 
 /* Records dropped so far because the ring was full. */
 uint64_t rankstat_dropped_records(const rankstat_reporter* reporter);

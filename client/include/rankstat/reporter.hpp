@@ -76,17 +76,42 @@ class Reporter {
   void heartbeat() noexcept;
 
   // Series registration (may allocate; not for the hot path). Out-ids index the cumulative block.
-  Status register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id) noexcept;
+  // These label the series with the segment's identity plus `labels`; `help` is the family's HELP text.
+  Status register_counter(std::string_view family, const shm::LabelPairs& labels, std::uint32_t& id,
+                          std::string_view help = {}) noexcept;
   Status register_gauge(std::string_view family, shm::GaugeMode mode, const shm::LabelPairs& labels,
-                        std::uint32_t& id) noexcept;
+                        std::uint32_t& id, std::string_view help = {}) noexcept;
   Status register_histogram(std::string_view family, const shm::LabelPairs& labels,
-                            std::span<const double> bounds, std::uint32_t& id) noexcept;
+                            std::span<const double> bounds, std::uint32_t& id,
+                            std::string_view help = {}) noexcept;
+  // A series exactly as the engine declared it (prometheus_client's interface): kind, gauge mode, the
+  // exposed family name, HELP text, its own labels, bounds; flags shm::kSeriesWithoutIdentityLabels.
+  struct SeriesSpec {
+    shm::SeriesKind kind = shm::SeriesKind::kCounter;
+    shm::GaugeMode mode = shm::GaugeMode::kAll;
+    std::uint32_t flags = 0;
+    std::string_view family;
+    std::string_view help;
+    const shm::LabelPairs* labels = nullptr;  // nullptr: none
+    std::span<const double> bounds;
+  };
+  Status register_series(const SeriesSpec& spec, std::uint32_t& id) noexcept;
 
   Status counter_add(std::uint32_t id, double delta) noexcept;
+  // Sets the value in the cumulative block and appends a timestamped kSeriesUpdate record, so the daemon
+  // sees every value in order; a full ring costs that record (counted as a drop), never the value.
   Status gauge_set(std::uint32_t id, double value) noexcept;
+  Status gauge_add(std::uint32_t id, double delta) noexcept;
+  // Histograms and summaries (a summary has no finite bounds: its one bucket is the count).
   Status histogram_observe(std::uint32_t id, double value) noexcept;
   Status histogram_observe_many(std::uint32_t id, double value, std::uint64_t count,
                                 double sum_delta) noexcept;
+  // prometheus_client's histogram-child internals: one bucket alone, the sum alone.
+  Status histogram_bucket_add(std::uint32_t id, std::uint32_t bucket, std::uint64_t count) noexcept;
+  Status histogram_add_sum(std::uint32_t id, double sum_delta) noexcept;
+  // What this writer last stored: counter total, gauge value, histogram/summary sum; a bucket's count.
+  Status series_value(std::uint32_t id, double& value) const noexcept;
+  Status histogram_bucket(std::uint32_t id, std::uint32_t bucket, std::uint64_t& count) const noexcept;
 
   std::uint64_t dropped_records() const noexcept { return ring_.dropped_records(); }
   std::uint64_t records_written() const noexcept { return ring_.records_written(); }
@@ -96,6 +121,10 @@ class Reporter {
 
  private:
   Status check_series(std::uint32_t id, shm::SeriesKind kind) const noexcept;
+  Status check_distribution(std::uint32_t id) const noexcept;  // a histogram or a summary
+  Status add_series(shm::SeriesKind kind, shm::GaugeMode mode, std::string_view family,
+                    const shm::LabelPairs& labels, std::span<const double> bounds, std::uint32_t flags,
+                    std::string_view help, std::uint32_t& id) noexcept;
 
   shm::MappedFile file_;
   std::string path_;

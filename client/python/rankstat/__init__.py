@@ -1,15 +1,22 @@
 """rankstat: publish engine stats into shared-memory segments that rankstatd serves as Prometheus metrics.
 
-Plain API (any engine):
+prometheus_client's interface, one segment per process (what engines' collector hooks take):
 
-    import rankstat
+    from rankstat import Counter, Histogram
+    requests = Counter("myengine:requests_total", "Requests served", ["model"])
+    requests.labels(model="m").inc()
+    latency = Histogram("myengine:latency_seconds", "Request latency", buckets=[0.1, 1, 10])
+    latency.observe(0.42)
+
+SGLang: rankstat.sglang.stat_loggers() (collector subclasses for ServerArgs.stat_loggers) or
+rankstat.sglang.install() (any SGLang version); see docs/sglang.md.
+
+The typed fast path (any engine, one C call per scheduler report):
+
     r = rankstat.Reporter(role="scheduler", instance="prod-a", model_name="m", tp_rank=0)
-    tokens = r.counter("myengine:tokens_total", labelnames=["mode"])
-    tokens.labels(mode="decode").inc(128)
-    packer = r.snapshot_packer()          # SGLang's SchedulerStats fields, one C call per report
+    packer = r.snapshot_packer()          # SGLang's SchedulerStats fields
     packer.send([... one value per packer.field_names ...], kind=rankstat.ReportKind.DECODE)
 
-SGLang drop-in: rankstat.sglang (SchedulerMetricsCollector, TokenizerMetricsCollector, ...).
 The library is librankstat.so, found through $RANKSTAT_LIBRARY, next to this package, a build tree,
 or the system loader; no compile step.
 """
@@ -17,14 +24,14 @@ or the system loader; no compile step.
 from ._native import (KNOWN_LAYOUT_HASHES, LAYOUT_MAJOR, RankstatError, RankstatLayoutError, RankstatLibraryError,
                       library_path, load_library)
 from .buckets import exponential_buckets, generate_buckets, histogram_conf_from_env, two_sides_exponential_buckets
-from .reporter import (Counter, Gauge, Histogram, ReportKind, Reporter, SnapshotPacker, Summary, UpdateBatch,
-                       null_reporter)
+from .metrics import Counter, Gauge, Histogram, Summary
+from .reporter import ReportKind, Reporter, SnapshotPacker, UpdateBatch, null_reporter
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "KNOWN_LAYOUT_HASHES", "LAYOUT_MAJOR", "RankstatError", "RankstatLayoutError", "RankstatLibraryError",
     "library_path", "load_library", "exponential_buckets", "generate_buckets", "histogram_conf_from_env",
-    "two_sides_exponential_buckets", "Counter", "Gauge", "Histogram", "ReportKind", "Reporter", "SnapshotPacker",
-    "Summary", "UpdateBatch", "null_reporter", "__version__",
+    "two_sides_exponential_buckets", "Counter", "Gauge", "Histogram", "Summary", "ReportKind", "Reporter",
+    "SnapshotPacker", "UpdateBatch", "null_reporter", "__version__",
 ]

@@ -22,10 +22,10 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-# The contract this package packs: layout major 1, and the layout hashes it has been checked against
-# (tests/python checks that the library built from this tree is one of them).
-LAYOUT_MAJOR = 1
-KNOWN_LAYOUT_HASHES = frozenset({0xBE6D74074EC0882F})
+# The contract this package packs: layout major 2 (declared series), and the layout hashes it has been
+# checked against (tests/python checks that the library built from this tree is one of them).
+LAYOUT_MAJOR = 2
+KNOWN_LAYOUT_HASHES = frozenset({0x9FE72B10ABD218A2})
 
 # Error codes (rankstat.h).
 OK = 0
@@ -94,6 +94,13 @@ OP_HISTOGRAM_OBSERVE = 3
 
 SERIES_WITHOUT_IDENTITY_LABELS = 1  # kSeriesWithoutIdentityLabels: only the series' own labels
 
+# Declared series (rankstat_register_series).
+KIND_COUNTER = 1
+KIND_GAUGE = 2
+KIND_HISTOGRAM = 3
+KIND_SUMMARY = 4
+SERIES_OWN_LABELS_ONLY = 1
+
 
 class RankstatError(RuntimeError):
     """A rankstat call failed; `code` is the RANKSTAT_* error code."""
@@ -143,6 +150,22 @@ class Geometry(ctypes.Structure):
         ("ring_bytes", ctypes.c_uint64),
         ("bounds_capacity", ctypes.c_uint32),
         ("values_capacity", ctypes.c_uint32),
+    ]
+
+
+class SeriesSpec(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_uint32),
+        ("mode", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("family", ctypes.c_char_p),
+        ("help", ctypes.c_char_p),
+        ("label_count", ctypes.c_uint32),
+        ("bound_count", ctypes.c_uint32),
+        ("label_names", ctypes.POINTER(ctypes.c_char_p)),
+        ("label_values", ctypes.POINTER(ctypes.c_char_p)),
+        ("bounds", ctypes.POINTER(ctypes.c_double)),
     ]
 
 
@@ -200,6 +223,21 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rankstat_priority_count_bytes": (c_uint32, []),
         "rankstat_max_priority_counts": (c_uint32, []),
     }
+    # Declared series (layout 2): a library without them still serves the typed snapshot path, so their
+    # absence is reported by has_declared_series() instead of failing the load.
+    optional = {
+        "rankstat_register_series": (c_int, [c_void_p, ctypes.POINTER(SeriesSpec), u32p]),
+        "rankstat_gauge_add": (c_int, [c_void_p, c_uint32, c_double]),
+        "rankstat_series_value": (c_int, [c_void_p, c_uint32, ctypes.POINTER(c_double)]),
+        "rankstat_histogram_bucket": (c_int, [c_void_p, c_uint32, c_uint32, ctypes.POINTER(c_uint64)]),
+        "rankstat_histogram_bucket_add": (c_int, [c_void_p, c_uint32, c_uint32, c_uint64]),
+        "rankstat_histogram_add_sum": (c_int, [c_void_p, c_uint32, c_double]),
+    }
+    for name, (restype, argtypes) in optional.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
     missing = []
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name, None)
@@ -281,7 +319,7 @@ def _check_layout(layout: Layout, path: str) -> None:
         raise RankstatLayoutError(
             f"{path} writes layout {layout.major}.{layout.minor} (hash {layout.hash:#018x}); this rankstat "
             f"package packs layout major {LAYOUT_MAJOR}: the layout major must match", ERR_INVALID_ARGUMENT)
-    if layout.hash not in KNOWN_LAYOUT_HASHES and os.environ.get("RANKSTAT_ACCEPT_LAYOUT_HASH", "").lower() not in (
+    if KNOWN_LAYOUT_HASHES and layout.hash not in KNOWN_LAYOUT_HASHES and os.environ.get("RANKSTAT_ACCEPT_LAYOUT_HASH", "").lower() not in (
             f"{layout.hash:#x}", f"{layout.hash:x}", f"{layout.hash:#018x}"):
         known = ", ".join(f"{h:#018x}" for h in sorted(KNOWN_LAYOUT_HASHES))
         raise RankstatLayoutError(
@@ -333,6 +371,16 @@ def load_library() -> Tuple[ctypes.CDLL, Layout]:
             return lib, layout
         raise RankstatLibraryError(
             "librankstat.so not found (set RANKSTAT_LIBRARY to its path); tried: " + "; ".join(errors or ["nothing"]))
+
+
+DECLARED_SERIES_FUNCTIONS = ("rankstat_register_series", "rankstat_gauge_add", "rankstat_series_value",
+                             "rankstat_histogram_bucket", "rankstat_histogram_bucket_add",
+                             "rankstat_histogram_add_sum")
+
+
+def has_declared_series(lib: ctypes.CDLL) -> bool:
+    """Whether the library offers the declared-series functions metric classes need."""
+    return all(hasattr(lib, name) for name in DECLARED_SERIES_FUNCTIONS)
 
 
 def raw_function(lib: ctypes.CDLL, name: str):

@@ -132,8 +132,10 @@ int main(int argc, char** argv) {
       return false;
     }
     const double bounds[] = {0.001, 0.01, 0.1, 1};
-    reporter.register_counter("sglang:test_events_total", {{"kind", "fault"}}, counter);
-    reporter.register_histogram("sglang:test_latency_seconds", {}, bounds, histogram);
+    reporter.register_counter("sglang:test_events_total", {{"kind", "fault"}}, counter,
+                              "Test events by kind.");
+    reporter.register_histogram("sglang:test_latency_seconds", {}, bounds, histogram,
+                                "Test latency in seconds.");
     return true;
   };
 

@@ -1,7 +1,8 @@
 """SGLang's Grafana dashboard works unchanged: a real Prometheus server (Debian's, loopback, temporary
-storage, a free port) scrapes rankstatd while the Python example engine runs, and every PromQL
-expression of deploy/grafana/sglang-dashboard.json (SGLang's queries) returns data, with Grafana's
-variables substituted ($__rate_interval -> 15s, $model_name and $instance -> .*)."""
+storage, a free port) scrapes rankstatd while the Python example engine reports through SGLang's REAL
+collectors (the newest tree of the oracle in ../shared, with rankstat as their backend), and every
+PromQL expression of deploy/grafana/sglang-dashboard.json (SGLang's queries) returns data, with
+Grafana's variables substituted ($__rate_interval -> 15s, $model_name and $instance -> .*)."""
 
 import json
 import math
@@ -19,6 +20,9 @@ SOURCE = os.environ.get("RANKSTAT_SOURCE_DIR", os.path.dirname(os.path.dirname(o
 ENGINE = os.path.join(SOURCE, "deploy", "example_engine_py", "engine.py")
 DASHBOARD = os.path.join(SOURCE, "deploy", "grafana", "sglang-dashboard.json")
 REFERENCE = os.path.join(os.path.dirname(SOURCE), "shared", "reference", "sglang-monitoring", "sglang-dashboard.json")
+TREES = os.path.join(os.path.dirname(SOURCE), "shared", "reference", "sglang-oracle", "trees")
+# The newest oracle tree (see ../shared/reference/sglang-oracle/README.md).
+NEWEST_TREE = os.path.join(TREES, "6a7c8a1d")
 SUBSTITUTIONS = {"$__rate_interval": "15s", "$model_name": ".*", "$instance": ".*"}
 
 
@@ -35,6 +39,7 @@ def substitute(expr: str) -> str:
 
 
 @unittest.skipUnless(shutil.which("prometheus"), "needs Debian's prometheus")
+@unittest.skipUnless(os.path.isdir(NEWEST_TREE), f"SGLang's collectors (the oracle in ../shared) are absent: {NEWEST_TREE}")
 class DashboardQueriesOnARealPrometheus(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -44,8 +49,9 @@ class DashboardQueriesOnARealPrometheus(unittest.TestCase):
         try:
             cls.daemon = Daemon(cls.shm.path, cls.files.path)
             env = dict(os.environ, RANKSTAT_SHM_DIR=cls.shm.path)
-            cls.engine = Child([sys.executable, ENGINE, "--shm-dir", cls.shm.path, "--arrival-rate", "15",
-                                "--duration", "300"], env=env, log_path=os.path.join(cls.files.path, "engine.log"))
+            cls.engine = Child([sys.executable, ENGINE, "--shm-dir", cls.shm.path, "--sglang-tree", NEWEST_TREE,
+                                "--arrival-rate", "15", "--duration", "300"], env=env,
+                               log_path=os.path.join(cls.files.path, "engine.log"))
             config = os.path.join(cls.files.path, "prometheus.yml")
             with open(config, "w") as f:
                 f.write(textwrap.dedent(f"""\

@@ -128,7 +128,10 @@ TEST_CASE("The C ABI hot path never allocates, on success or failure", "[hot_pat
   CHECK(during == 0);
   CHECK(ring_full > 900);
   CHECK(failures == 3 * 1000);
-  CHECK(rankstat_dropped_records(raw) == static_cast<std::uint64_t>(ring_full));
+  // Every snapshot refused for room is a counted drop; so is every gauge update record that found the ring
+  // full (the gauge's value itself is in the cumulative block either way).
+  CHECK(rankstat_dropped_records(raw) >= static_cast<std::uint64_t>(ring_full));
+  CHECK(rankstat_dropped_records(raw) <= static_cast<std::uint64_t>(ring_full) + 1000);
   rankstat_close(raw);
 }
 

@@ -7,9 +7,12 @@
 //   * ChunkedGzip produces one valid gzip member equal to the body, and reuses unchanged chunks.
 #include <prometheus/text_serializer.h>
 
+#include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -240,7 +243,9 @@ void contribute_round(FamilySet& set, std::mt19937& random, FamilySet::SegmentSl
 
 }  // namespace
 
-TEST_CASE("FamilySet::render equals TextSerializer(finish()) round after round, with and without slots") {
+TEST_CASE(
+    "FamilySet::render equals the plain serializer of finish(), in prometheus_client's spelling, round after "
+    "round") {
   for (const bool use_slots : {false, true}) {
     std::mt19937 persistent_random(7);
     std::mt19937 fresh_random(7);
@@ -255,7 +260,8 @@ TEST_CASE("FamilySet::render equals TextSerializer(finish()) round after round, 
       std::string text;
       std::vector<std::size_t> ends;
       persistent.render(text, &ends);
-      const std::string expected = reference(fresh.finish());
+      const std::string expected =
+          exposition::serialize(fresh.finish(), exposition::Dialect::kPrometheusClient);
       REQUIRE(text == expected);
       // Family boundaries: increasing, each starting with a HELP or TYPE line, the last at the end.
       std::size_t begin = 0;
@@ -300,8 +306,15 @@ void open_rank(Rank& rank, const std::string& dir, int dp_rank, bool priorities)
   REQUIRE(rank.reporter.register_gauge("sglang:test_sum", shm::GaugeMode::kSum, {}, rank.gauge_sum) ==
           Status::kOk);
   // Exported without identity labels: every rank adds into the same series.
-  REQUIRE(rank.reporter.register_counter("sglang:kv_transfer_timeouts_total", {{"stage", "bootstrap"}},
-                                         rank.timeouts) == Status::kOk);
+  // Declared with its own labels only, as the Python metric classes declare every series.
+  const shm::LabelPairs stage = {{"stage", "bootstrap"}};
+  rankstat::Reporter::SeriesSpec spec;
+  spec.kind = shm::SeriesKind::kCounter;
+  spec.flags = shm::kSeriesWithoutIdentityLabels;
+  spec.family = "sglang:kv_transfer_timeouts_total";
+  spec.help = "KV transfer timeouts by stage.";
+  spec.labels = &stage;
+  REQUIRE(rank.reporter.register_series(spec, rank.timeouts) == Status::kOk);
 }
 
 void report(Rank& rank, int round, int dp_rank) {
@@ -329,7 +342,8 @@ void report(Rank& rank, int round, int dp_rank) {
 }  // namespace
 
 TEST_CASE(
-    "FamilySet::render over real segments equals prometheus-cpp while ranks, series and states change") {
+    "FamilySet::render over real segments equals the plain serializer while ranks, series and states "
+    "change") {
   testkit::TempDir dir;
   std::vector<std::unique_ptr<Rank>> ranks;
   RetiredTotals retired("");
@@ -367,7 +381,8 @@ TEST_CASE(
       collect.dead_grace_ns = 1'000'000'000'000ull;
       FamilySet fresh;
       collect_engine_metrics(registry.generations(), collect, fresh);
-      const std::string expected = reference(fresh.finish());
+      const std::string expected =
+          exposition::serialize(fresh.finish(), exposition::Dialect::kPrometheusClient);
       collect_engine_metrics(registry.generations(), collect, persistent);
       std::string text;
       persistent.render(text);
@@ -415,6 +430,96 @@ std::string fake_body(int families, int ranks, int version) {
 }
 
 }  // namespace
+
+TEST_CASE(
+    "engine values are spelled as prometheus_client's floatToGoString spells them, checked against it") {
+  // The real peer: Debian's python3-prometheus-client formats the same doubles.
+  std::mt19937_64 random(11);
+  std::vector<double> values = {0.0,
+                                -0.0,
+                                1.0,
+                                -1.0,
+                                0.1,
+                                0.5,
+                                1e-05,
+                                0.0001,
+                                123456.0,
+                                1234567.0,
+                                1e6,
+                                1.1e6,
+                                1.2e12,
+                                1e15,
+                                1e16,
+                                1.5e16,
+                                1e22,
+                                -1e22,
+                                5e-324,
+                                1.7976931348623157e308,
+                                2.5,
+                                100.0,
+                                65536.0,
+                                41230.0,
+                                0.375,
+                                1834.5,
+                                3.0000000000000004,
+                                std::numeric_limits<double>::infinity(),
+                                -std::numeric_limits<double>::infinity()};
+  for (int i = 0; i < 3000; ++i) {
+    const int exponent = static_cast<int>(random() % 50) - 25;
+    const double mantissa = static_cast<double>(random() % 100000000) / 1e4;
+    values.push_back(std::ldexp(1.0, 0) * mantissa * std::pow(10.0, exponent) * (random() % 5 == 0 ? -1 : 1));
+    values.push_back(static_cast<double>(random() % 5000000));
+    values.push_back(std::bit_cast<double>(random() & 0x7FEFFFFFFFFFFFFFull));
+  }
+  testkit::TempDir dir;
+  const std::string input = dir.path() + "/values.txt";
+  {
+    std::ofstream out(input);
+    out.precision(17);
+    for (const double v : values) out << std::hexfloat << v << '\n';
+  }
+  const std::string output = dir.path() + "/formatted.txt";
+  const std::string command =
+      "/usr/bin/python3 -c \"import sys; from prometheus_client.utils import floatToGoString as f; "
+      "print('\\n'.join(f(float.fromhex(l)) for l in open(sys.argv[1]).read().split()))\" " +
+      input + " > " + output + " 2>/dev/null";
+  if (std::system(command.c_str()) != 0) {
+    WARN("python3 with prometheus_client is not available; skipping the comparison with the real peer");
+    return;
+  }
+  std::ifstream in(output);
+  std::string expected;
+  std::size_t checked = 0;
+  for (const double v : values) {
+    REQUIRE(std::getline(in, expected));
+    std::string actual;
+    exposition::append_client_value(actual, v);
+    INFO(std::hexfloat << v);
+    CHECK(actual == expected);
+    ++checked;
+  }
+  CHECK(checked == values.size());
+}
+
+TEST_CASE("prometheus_client's spelling escapes HELP and sorts le among the labels") {
+  MetricFamily h;
+  h.name = "lat_seconds";
+  h.help = "Back\\slash\nnewline \"quoted\"";
+  h.type = prometheus::MetricType::Histogram;
+  ClientMetric m = with_labels({{"model_name", "m"}, {"engine_type", "unified"}});
+  m.histogram.sample_count = 2;
+  m.histogram.sample_sum = 1.5;
+  m.histogram.bucket = {{1, 0.5}, {2, 1.0}};
+  h.metric.push_back(m);
+  CHECK(exposition::serialize({h}, exposition::Dialect::kPrometheusClient) ==
+        "# HELP lat_seconds Back\\\\slash\\nnewline \"quoted\"\n"
+        "# TYPE lat_seconds histogram\n"
+        "lat_seconds_count{engine_type=\"unified\",model_name=\"m\"} 2.0\n"
+        "lat_seconds_sum{engine_type=\"unified\",model_name=\"m\"} 1.5\n"
+        "lat_seconds_bucket{engine_type=\"unified\",le=\"0.5\",model_name=\"m\"} 1.0\n"
+        "lat_seconds_bucket{engine_type=\"unified\",le=\"1.0\",model_name=\"m\"} 2.0\n"
+        "lat_seconds_bucket{engine_type=\"unified\",le=\"+Inf\",model_name=\"m\"} 2.0\n");
+}
 
 TEST_CASE("ChunkedGzip writes one gzip member of the body and re-deflates only changed chunks") {
   exposition::ChunkedGzip gzip(1);

@@ -29,6 +29,7 @@ class CumulativeBlock {
     header->series_capacity = geometry.series_capacity;
     header->bounds_capacity = geometry.bounds_capacity;
     header->values_capacity = geometry.values_capacity;
+    header->text_capacity = geometry.text_bytes();
   }
 
   shm::CumulativeRegion region() {
@@ -198,6 +199,9 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
   CHECK(counter("ok", {{"", "v"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"name", std::string("nul\0inside", 10)}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"name", std::string(shm::kSeriesLabelBytes, 'v')}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"name", "\xC3"}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"name", "\xED\xA0\x80"}}) == shm::RegisterStatus::kInvalid);  // a surrogate
+  CHECK(counter("ok", {{"a", "1"}, {"a", "2"}}) == shm::RegisterStatus::kInvalid);
   CHECK(histogram({1, 1}) == shm::RegisterStatus::kInvalid);
   CHECK(histogram({2, 1}) == shm::RegisterStatus::kInvalid);
   CHECK(histogram({1, nan}) == shm::RegisterStatus::kInvalid);
@@ -209,7 +213,7 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
   CHECK(writer.register_series(shm::SeriesKind::kGauge, static_cast<shm::GaugeMode>(shm::kGaugeModeCount),
                                "g", {}, {}, id) == shm::RegisterStatus::kInvalid);
 
-  CHECK(failures(block) == 18);
+  CHECK(failures(block) == 21);
   CHECK(id == 12345);  // untouched on failure
   CHECK(writer.series_count() == 0);
   CHECK(block.reader().published_series() == 0);
@@ -220,8 +224,91 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
     CHECK(counter(std::string(shm::kFamilyNameBytes - 1, 'a')) == shm::RegisterStatus::kOk);
     CHECK(counter("ok", {{"_x", ""}, {"y9", "any value \xe2\x9c\x93"}}) == shm::RegisterStatus::kOk);
     CHECK(histogram(std::vector<double>{-1, 0, 1e300}) == shm::RegisterStatus::kOk);
-    CHECK(failures(block) == 18);
+    CHECK(failures(block) == 21);
   }
+}
+
+TEST_CASE(
+    "A declared series carries its help text, summaries count and sum, and the internals update one part",
+    "[cumulative]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  const double bounds[] = {0.5, 1.0};
+  std::uint32_t h1 = 0;
+  std::uint32_t h2 = 0;
+  std::uint32_t summary = 0;
+  std::uint32_t gauge = 0;
+  const std::string help = "Latency \\ in seconds.\nSecond line, caf\xC3\xA9.";
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "lat_seconds",
+                                 {{"model_name", "m"}}, bounds, h1, shm::kSeriesWithoutIdentityLabels,
+                                 help) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "lat_seconds",
+                                 {{"model_name", "n"}}, bounds, h2, shm::kSeriesWithoutIdentityLabels,
+                                 help) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kSummary, shm::GaugeMode::kAll, "balance", {}, {}, summary,
+                                 0, "Balance.") == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kLiveSum, "g", {}, {}, gauge) ==
+          shm::RegisterStatus::kOk);
+  // The help text is stored once for the family.
+  CHECK(block.descriptor(h1).help_offset == block.descriptor(h2).help_offset);
+  CHECK(shm::shared(block.header().text_used).load() ==
+        help.size() + 2 * shm::encoded_label_bytes({{"model_name", "m"}}) + std::string("Balance.").size() +
+            2);
+
+  writer.histogram_observe(h1, 0.7, 1, 0.7);
+  writer.histogram_bucket_add(h1, 0, 3);  // _buckets[0].inc(3)
+  writer.histogram_add_sum(h1, 1.5);      // _sum.inc(1.5)
+  writer.histogram_observe(summary, 2.5, 1, 2.5);
+  writer.histogram_observe(summary, 0.5, 1, 0.5);
+  CHECK(writer.gauge_add(gauge, 2.0, 100) == 2.0);
+  CHECK(writer.gauge_add(gauge, -0.5, 200) == 1.5);
+  CHECK(writer.value(h1) == Approx(2.2));
+  CHECK(writer.bucket_count_value(h1, 0) == 3);
+  CHECK(writer.bucket_count_value(h1, 1) == 1);
+
+  const shm::CumulativeReader reader = block.reader();
+  const auto info = reader.read_descriptor(h1);
+  REQUIRE(info);
+  CHECK(info->help == help);
+  CHECK((info->flags & shm::kSeriesWithoutIdentityLabels) != 0);
+  shm::SeriesValue value;
+  reader.read_value(*info, value);
+  CHECK(value.counts == std::vector<std::uint64_t>{3, 1, 0});
+  CHECK(value.sum == Approx(2.2));
+  const auto s = reader.read_descriptor(summary);
+  REQUIRE(s);
+  CHECK(s->kind == shm::SeriesKind::kSummary);
+  CHECK(s->help == "Balance.");
+  reader.read_value(*s, value);
+  CHECK(value.counts == std::vector<std::uint64_t>{2});
+  CHECK(value.sum == 3.0);
+  const auto g = reader.read_descriptor(gauge);
+  REQUIRE(g);
+  CHECK(g->help.empty());
+  reader.read_value(*g, value);
+  CHECK(value.value == 1.5);
+}
+
+TEST_CASE("Labels the exposition reserves, and help that is not UTF-8, are refused at registration",
+          "[cumulative]") {
+  CumulativeBlock block(kRoomy);
+  shm::CumulativeWriter writer = block.writer();
+  std::uint32_t id = 0;
+  CHECK(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {{"le", "1"}}, {},
+                               id) == shm::RegisterStatus::kInvalid);
+  CHECK(writer.register_series(shm::SeriesKind::kSummary, shm::GaugeMode::kAll, "s", {{"quantile", "0.5"}},
+                               {}, id) == shm::RegisterStatus::kInvalid);
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id, 0,
+                               "bad \xFF help") == shm::RegisterStatus::kInvalid);
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id, 0,
+                               std::string(shm::kHelpBytes + 1, 'h')) == shm::RegisterStatus::kInvalid);
+  const double bounds[] = {1.0};
+  CHECK(writer.register_series(shm::SeriesKind::kSummary, shm::GaugeMode::kAll, "s", {}, bounds, id) ==
+        shm::RegisterStatus::kInvalid);
+  // A counter may use `le` (only histograms reserve it), as prometheus_client allows.
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {{"le", "1"}}, {}, id) ==
+        shm::RegisterStatus::kOk);
+  CHECK(shm::shared(block.header().registration_failures).load() == 5);
 }
 
 TEST_CASE("A full registry reports kFull and counts the failure", "[cumulative]") {
@@ -271,7 +358,7 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
   std::uint32_t counter = 0;
   std::uint32_t histogram = 0;
   REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c_total", {{"a", "b"}}, {},
-                                 counter) == shm::RegisterStatus::kOk);
+                                 counter, 0, "help") == shm::RegisterStatus::kOk);
   REQUIRE(writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds,
                                  histogram) == shm::RegisterStatus::kOk);
   const shm::CumulativeReader reader = block.reader();
@@ -281,7 +368,7 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
   shm::SeriesDescriptor& c = block.descriptor(counter);
   shm::SeriesDescriptor& h = block.descriptor(histogram);
   SECTION("an unknown kind") {
-    c.kind = GENERATE(std::uint8_t{0}, std::uint8_t{4}, std::uint8_t{255});
+    c.kind = GENERATE(std::uint8_t{0}, std::uint8_t{5}, std::uint8_t{255});
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("an unknown gauge mode") {
@@ -297,7 +384,44 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("a label list without its terminator") {
-    std::memset(c.labels, 'x', sizeof c.labels);
+    std::memset(block.region().text + c.labels_offset, 'x', c.labels_bytes);
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a label list or help text past the end of the text area") {
+    const std::uint32_t text_bytes = kRoomy.text_bytes();
+    SECTION("labels") {
+      c.labels_offset = text_bytes - 1;
+      c.labels_bytes = 2;
+    }
+    SECTION("labels at a wrapping offset") {
+      c.labels_offset = 0xFFFFFFFFu;
+    }
+    SECTION("an empty label list") {
+      c.labels_bytes = 0;
+    }
+    SECTION("help") {
+      c.help_offset = text_bytes;
+      c.help_bytes = 1;
+    }
+    SECTION("help longer than allowed") {
+      c.help_bytes = shm::kHelpBytes + 1;
+    }
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a label value or help text that is not UTF-8") {
+    SECTION("label value") {
+      // "a\0b\0\0": overwrite the value byte with a lone continuation byte.
+      block.region().text[c.labels_offset + 2] = static_cast<char>(0x80);
+    }
+    SECTION("help") {
+      block.region().text[c.help_offset] = static_cast<char>(0xC0);
+    }
+    CHECK_FALSE(reader.read_descriptor(counter));
+  }
+  SECTION("a histogram with a label named le, or one label twice") {
+    std::memcpy(block.region().text + c.labels_offset, "le", 2);
+    c.kind = static_cast<std::uint8_t>(shm::SeriesKind::kHistogram);
+    c.bucket_count = 0;
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("values past the end of the values area") {

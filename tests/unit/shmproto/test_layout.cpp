@@ -80,12 +80,14 @@ struct ExpectedCumulativeHeader {
   std::uint32_t series_capacity;        // 0
   std::uint32_t bounds_capacity;        // 4
   std::uint32_t values_capacity;        // 8
-  std::uint8_t gap0[52];                // 12
+  std::uint32_t text_capacity;          // 12
+  std::uint8_t gap0[48];                // 16
   std::uint32_t series_count;           // 64
   std::uint32_t bounds_used;            // 68
   std::uint32_t values_used;            // 72
   std::uint32_t registration_failures;  // 76
-  std::uint8_t gap1[48];                // 80
+  std::uint32_t text_used;              // 80
+  std::uint8_t gap1[44];                // 84
 };
 
 struct ExpectedSeriesDescriptor {
@@ -94,9 +96,18 @@ struct ExpectedSeriesDescriptor {
   std::uint16_t bucket_count;   // 2
   std::uint32_t values_offset;  // 4
   std::uint32_t bounds_offset;  // 8
-  std::uint32_t gap0;           // 12
-  char family[96];              // 16
-  char labels[144];             // 112
+  std::uint32_t flags;          // 12
+  std::uint32_t labels_offset;  // 16
+  std::uint32_t labels_bytes;   // 20
+  std::uint32_t help_offset;    // 24
+  std::uint32_t help_bytes;     // 28
+  char family[96];              // 32
+};
+
+struct ExpectedSeriesUpdateRecord {
+  std::uint32_t series_index;  // 0
+  std::uint32_t op;            // 4
+  double value;                // 8
 };
 
 struct ExpectedPriorityCount {
@@ -111,6 +122,7 @@ static_assert(sizeof(ExpectedSegmentHeader) == sizeof(shm::SegmentHeader));
 static_assert(sizeof(ExpectedRecordHeader) == sizeof(shm::RecordHeader));
 static_assert(sizeof(ExpectedCumulativeHeader) == sizeof(shm::CumulativeHeader));
 static_assert(sizeof(ExpectedSeriesDescriptor) == sizeof(shm::SeriesDescriptor));
+static_assert(sizeof(ExpectedSeriesUpdateRecord) == sizeof(shm::SeriesUpdateRecord));
 static_assert(sizeof(ExpectedPriorityCount) == sizeof(shm::PriorityCount));
 
 // Deterministic, non-periodic bytes, so a field read at the wrong offset sees a different value.
@@ -342,6 +354,8 @@ TEST_CASE("Record headers, cumulative headers, descriptors and priority entries 
     CHECK(actual.bounds_used == expected.bounds_used);
     CHECK(actual.values_used == expected.values_used);
     CHECK(actual.registration_failures == expected.registration_failures);
+    CHECK(actual.text_capacity == expected.text_capacity);
+    CHECK(actual.text_used == expected.text_used);
   }
   SECTION("series descriptor") {
     ExpectedSeriesDescriptor expected;
@@ -352,12 +366,27 @@ TEST_CASE("Record headers, cumulative headers, descriptors and priority entries 
     CHECK(actual.bucket_count == expected.bucket_count);
     CHECK(actual.values_offset == expected.values_offset);
     CHECK(actual.bounds_offset == expected.bounds_offset);
+    CHECK(actual.flags == expected.flags);
+    CHECK(actual.labels_offset == expected.labels_offset);
+    CHECK(actual.labels_bytes == expected.labels_bytes);
+    CHECK(actual.help_offset == expected.help_offset);
+    CHECK(actual.help_bytes == expected.help_bytes);
     CHECK(same_bytes(actual.family, expected.family));
-    CHECK(same_bytes(actual.labels, expected.labels));
     STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kCounter) == 1);
     STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kGauge) == 2);
     STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kHistogram) == 3);
+    STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kSummary) == 4);
+    STATIC_REQUIRE(shm::series_value_words(shm::SeriesKind::kSummary, 0) == 3);
     STATIC_REQUIRE(shm::series_value_words(shm::SeriesKind::kHistogram, 5) == 1 + 5 + 1 + 1);
+  }
+  SECTION("series update record") {
+    ExpectedSeriesUpdateRecord expected;
+    fill_pattern(expected, 6);
+    const auto actual = reinterpret_bytes<shm::SeriesUpdateRecord>(expected);
+    CHECK(actual.series_index == expected.series_index);
+    CHECK(actual.op == expected.op);
+    CHECK(same_bytes(actual.value, expected.value));
+    STATIC_REQUIRE(static_cast<std::uint16_t>(shm::RecordType::kSeriesUpdate) == 2);
   }
   SECTION("priority entry") {
     ExpectedPriorityCount expected;

@@ -200,9 +200,10 @@ TEST_CASE("validate_header rejects every inconsistency a reader could trip over"
     CHECK(shm::validate_header(h, size, message) == shm::RejectReason::kBadMagic);
   }
   SECTION("another layout major, with both versions named") {
-    h.layout_major = 2;
+    h.layout_major = shm::kLayoutMajor + 1;
     CHECK(shm::validate_header(h, size, message) == shm::RejectReason::kMajorMismatch);
-    CHECK_THAT(message, Catch::Contains("2.0") && Catch::Contains("1.0"));
+    CHECK_THAT(message, Catch::Contains(std::to_string(shm::kLayoutMajor + 1) + ".0") &&
+                            Catch::Contains(std::to_string(shm::kLayoutMajor) + ".0"));
   }
   SECTION("same minor but a different layout hash") {
     h.layout_hash ^= 1;
@@ -295,7 +296,8 @@ TEST_CASE("open_segment rejects damaged files and reports why", "[segment][valid
     write_at(path, offsetof(shm::SegmentHeader, layout_major), &major, sizeof major);
     const auto opened = shm::open_segment(path, false);
     CHECK(opened.reason == shm::RejectReason::kMajorMismatch);
-    CHECK_THAT(opened.message, Catch::Contains(path) && Catch::Contains("7.0") && Catch::Contains("1.0"));
+    CHECK_THAT(opened.message, Catch::Contains(path) && Catch::Contains("7.0") &&
+                                   Catch::Contains(std::to_string(shm::kLayoutMajor) + ".0"));
   }
   SECTION("a truncated file whose header claims more bytes") {
     REQUIRE(::truncate(path.c_str(), 8192) == 0);

@@ -1,4 +1,4 @@
-// The rankstat shared-memory contract, layout major 1.
+// The rankstat shared-memory contract, layout major 2.
 //
 // One segment per producing rank thread, a file named rankstat.<instance>.<role>.<rank-key> in the shm
 // directory. Byte-level diagrams, the memory-ordering protocol and the compatibility rule are in
@@ -25,7 +25,7 @@ inline constexpr std::uint64_t kMagic = 0x5441'5453'4B4E'4152ull;
 // major, a newer minor only appends (new header fields in reserved space, new record types, new fields
 // at the end of a record whose length grows). A reader of minor m reads min(m, segment minor) worth of
 // fields. layout_hash must equal the reader's hash when the minors are equal.
-inline constexpr std::uint16_t kLayoutMajor = 1;
+inline constexpr std::uint16_t kLayoutMajor = 2;
 inline constexpr std::uint16_t kLayoutMinor = 0;
 
 inline constexpr std::uint32_t kHeaderBytes = 4096;
@@ -204,7 +204,22 @@ inline constexpr std::uint32_t kMaxRecordBytes = 16384;
 enum class RecordType : std::uint16_t {
   kPadding = 0xFFFF,
   kSchedulerSnapshot = 1,
+  kSeriesUpdate = 2,  // SeriesUpdateRecord: one gauge value as set, in order, timestamped
 };
+
+// Payload of a kSeriesUpdate record (type_version 1). The cumulative block holds the same value (what
+// is exported); the record is how the daemon sees every value of a gauge in order, not only the last.
+struct SeriesUpdateRecord {
+  std::uint32_t series_index;  // 0: descriptor index in the cumulative block
+  std::uint32_t op;            // 4: SeriesUpdateOp
+  double value;                // 8: the gauge's value after the update
+};
+static_assert(sizeof(SeriesUpdateRecord) == 16);
+static_assert(offsetof(SeriesUpdateRecord, series_index) == 0);
+static_assert(offsetof(SeriesUpdateRecord, op) == 4);
+static_assert(offsetof(SeriesUpdateRecord, value) == 8);
+enum class SeriesUpdateOp : std::uint32_t { kGaugeSet = 1 };
+inline constexpr std::uint16_t kSeriesUpdateVersion = 1;
 
 constexpr std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);
@@ -225,28 +240,33 @@ struct CumulativeHeader {
   std::uint32_t series_capacity;        // 0: number of SeriesDescriptor slots
   std::uint32_t bounds_capacity;        // 4: number of f64 bucket bounds
   std::uint32_t values_capacity;        // 8: number of 8-byte value words
-  std::uint32_t reserved0;              // 12
+  std::uint32_t text_capacity;          // 12: bytes of the text area (label lists and help texts)
   std::uint8_t reserved1[48];           // 16
   std::uint32_t series_count;           // 64: published descriptors (release store by the writer)
   std::uint32_t bounds_used;            // 68: informational
   std::uint32_t values_used;            // 72: informational
   std::uint32_t registration_failures;  // 76: series the writer could not add (block full, bad name)
-  std::uint8_t reserved2[48];           // 80
+  std::uint32_t text_used;              // 80: informational
+  std::uint8_t reserved2[44];           // 84
 };
 static_assert(sizeof(CumulativeHeader) == 128);
 static_assert(offsetof(CumulativeHeader, series_capacity) == 0);
 static_assert(offsetof(CumulativeHeader, bounds_capacity) == 4);
 static_assert(offsetof(CumulativeHeader, values_capacity) == 8);
+static_assert(offsetof(CumulativeHeader, text_capacity) == 12);
 static_assert(offsetof(CumulativeHeader, series_count) == 64);
 static_assert(offsetof(CumulativeHeader, bounds_used) == 68);
 static_assert(offsetof(CumulativeHeader, values_used) == 72);
 static_assert(offsetof(CumulativeHeader, registration_failures) == 76);
+static_assert(offsetof(CumulativeHeader, text_used) == 80);
 
 enum class SeriesKind : std::uint8_t {
   kCounter = 1,    // values: [f64 total]
   kGauge = 2,      // values: [seq, f64 value, u64 set_ns (0 = never set)]
   kHistogram = 3,  // values: [seq, u64 count per bucket (bucket_count finite + 1 for +Inf), f64 sum]
+  kSummary = 4,    // values: [seq, u64 count, f64 sum] (prometheus_client's multiprocess summary)
 };
+inline constexpr std::uint8_t kSeriesKindMax = 4;
 
 // Multiprocess aggregation mode of a gauge family, as prometheus_client names them.
 enum class GaugeMode : std::uint8_t {
@@ -263,33 +283,41 @@ enum class GaugeMode : std::uint8_t {
 };
 inline constexpr std::uint8_t kGaugeModeCount = 10;
 
-// The series carries only its own labels, not the segment's identity labels (SGLang's
-// kv_transfer_timeouts_total{stage} and eplb_gpu_physical_count{layer} are labelled this way).
+// The series carries only its own labels, not the segment's identity labels: what a binding that passes
+// the engine's own label dicts (prometheus_client's interface) registers.
 inline constexpr std::uint32_t kSeriesWithoutIdentityLabels = 1u << 0;
 
 inline constexpr std::uint32_t kFamilyNameBytes = 96;
-inline constexpr std::uint32_t kSeriesLabelBytes = 144;
-inline constexpr std::uint16_t kMaxHistogramBuckets = 64;
+// Limits of one series' texts in the text area (its label list, its family's help text).
+inline constexpr std::uint32_t kSeriesLabelBytes = 2048;
+inline constexpr std::uint32_t kHelpBytes = 2048;
+inline constexpr std::uint16_t kMaxHistogramBuckets = 256;
 
 struct SeriesDescriptor {
-  std::uint8_t kind;               // 0: SeriesKind
-  std::uint8_t gauge_mode;         // 1: GaugeMode (gauges only)
-  std::uint16_t bucket_count;      // 2: finite bucket bounds (histograms only)
-  std::uint32_t values_offset;     // 4: first value word, index into the values area
-  std::uint32_t bounds_offset;     // 8: first bound, index into the bounds area
-  std::uint32_t flags;             // 12: kSeries* bits
-  char family[kFamilyNameBytes];   // 16: metric family name, NUL-terminated
-  char labels[kSeriesLabelBytes];  // 112: "name\0value\0...\0" (empty list = "\0")
+  std::uint8_t kind;              // 0: SeriesKind
+  std::uint8_t gauge_mode;        // 1: GaugeMode (gauges only)
+  std::uint16_t bucket_count;     // 2: finite bucket bounds (histograms only)
+  std::uint32_t values_offset;    // 4: first value word, index into the values area
+  std::uint32_t bounds_offset;    // 8: first bound, index into the bounds area
+  std::uint32_t flags;            // 12: kSeries* bits
+  std::uint32_t labels_offset;    // 16: byte offset of the label list in the text area
+  std::uint32_t labels_bytes;     // 20: "name\0value\0...\0" with its final \0 (empty list: 1 byte)
+  std::uint32_t help_offset;      // 24: byte offset of the help text in the text area
+  std::uint32_t help_bytes;       // 28: help text bytes, no terminator (0: no help)
+  char family[kFamilyNameBytes];  // 32: metric family name as exposed, NUL-terminated
 };
-static_assert(sizeof(SeriesDescriptor) == 256);
+static_assert(sizeof(SeriesDescriptor) == 128);
 static_assert(offsetof(SeriesDescriptor, kind) == 0);
 static_assert(offsetof(SeriesDescriptor, gauge_mode) == 1);
 static_assert(offsetof(SeriesDescriptor, bucket_count) == 2);
 static_assert(offsetof(SeriesDescriptor, values_offset) == 4);
 static_assert(offsetof(SeriesDescriptor, bounds_offset) == 8);
 static_assert(offsetof(SeriesDescriptor, flags) == 12);
-static_assert(offsetof(SeriesDescriptor, family) == 16);
-static_assert(offsetof(SeriesDescriptor, labels) == 112);
+static_assert(offsetof(SeriesDescriptor, labels_offset) == 16);
+static_assert(offsetof(SeriesDescriptor, labels_bytes) == 20);
+static_assert(offsetof(SeriesDescriptor, help_offset) == 24);
+static_assert(offsetof(SeriesDescriptor, help_bytes) == 28);
+static_assert(offsetof(SeriesDescriptor, family) == 32);
 
 // Value words a series of this kind occupies.
 constexpr std::uint32_t series_value_words(SeriesKind kind, std::uint16_t bucket_count) {
@@ -300,15 +328,24 @@ constexpr std::uint32_t series_value_words(SeriesKind kind, std::uint16_t bucket
       return 3;
     case SeriesKind::kHistogram:
       return 1u + bucket_count + 1u + 1u;
+    case SeriesKind::kSummary:
+      return 3;
   }
   return 0;
 }
+
+// Largest capacities a writer may ask for and a reader accepts.
+inline constexpr std::uint32_t kMaxSeriesCapacity = 1u << 20;
+inline constexpr std::uint32_t kMaxBoundsCapacity = 1u << 24;
+inline constexpr std::uint32_t kMaxValuesCapacity = 1u << 24;
+inline constexpr std::uint32_t kMaxTextCapacity = 1u << 28;
 
 // Region sizes for a cumulative block of the given capacities; offsets are relative to the block start.
 struct CumulativeGeometry {
   std::uint32_t series_capacity;
   std::uint32_t bounds_capacity;
   std::uint32_t values_capacity;
+  std::uint32_t text_capacity = 0;  // bytes; 0 gives kDefaultTextBytesPerSeries per series
 
   constexpr std::uint64_t descriptors_offset() const { return sizeof(CumulativeHeader); }
   constexpr std::uint64_t bounds_offset() const {
@@ -317,9 +354,12 @@ struct CumulativeGeometry {
   constexpr std::uint64_t values_offset() const {
     return bounds_offset() + std::uint64_t{bounds_capacity} * 8;
   }
-  constexpr std::uint64_t total_bytes() const {
-    return align_up(values_offset() + std::uint64_t{values_capacity} * 8, kHeaderBytes);
+  constexpr std::uint64_t text_offset() const { return values_offset() + std::uint64_t{values_capacity} * 8; }
+  constexpr std::uint32_t text_bytes() const {
+    return text_capacity != 0 ? text_capacity : series_capacity * kDefaultTextBytesPerSeries;
   }
+  constexpr std::uint64_t total_bytes() const { return align_up(text_offset() + text_bytes(), kHeaderBytes); }
+  static constexpr std::uint32_t kDefaultTextBytesPerSeries = 192;
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be address-free");

@@ -137,12 +137,14 @@ inline bool read_cumulative_geometry(const std::uint8_t* block, std::uint64_t bl
                                      CumulativeGeometry& out) {
   CumulativeHeader header;
   std::memcpy(&header, block, sizeof header);
-  out = CumulativeGeometry{header.series_capacity, header.bounds_capacity, header.values_capacity};
-  if (header.series_capacity > (1u << 20) || header.bounds_capacity > (1u << 24) ||
-      header.values_capacity > (1u << 24)) {
+  out = CumulativeGeometry{header.series_capacity, header.bounds_capacity, header.values_capacity,
+                           header.text_capacity};
+  if (header.series_capacity > kMaxSeriesCapacity || header.bounds_capacity > kMaxBoundsCapacity ||
+      header.values_capacity > kMaxValuesCapacity || header.text_capacity == 0 ||
+      header.text_capacity > kMaxTextCapacity) {
     return false;
   }
-  return out.values_offset() + std::uint64_t{out.values_capacity} * 8 <= block_bytes;
+  return out.text_offset() + std::uint64_t{out.text_capacity} <= block_bytes;
 }
 
 struct OpenedSegment {

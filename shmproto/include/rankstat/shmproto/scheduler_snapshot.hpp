@@ -65,6 +65,18 @@ static_assert(offsetof(PriorityCount, count) == 8);
 // Bounds of SGLang's routing-key GaugeHistograms ("gt < count <= le"), plus one overflow bin.
 inline constexpr double kRoutingKeyBucketBounds[] = {1, 2, 3, 5, 7, 10, 20, 50, 100, 200};
 inline constexpr std::uint32_t kRoutingKeyBins = 11;
+// The two routing-key GaugeHistograms this record carries (SGLang's: a mostrecent gauge per bin with
+// gt/le labels, "gt < count <= le").
+struct RoutingKeyFamily {
+  const char* name;
+  const char* help;
+};
+inline constexpr RoutingKeyFamily kRoutingKeyFamilies[] = {
+    {"sglang:routing_key_running_req_count",
+     "Routing keys by their running request count (gt < count <= le)."},
+    {"sglang:routing_key_all_req_count",
+     "Routing keys by their running plus waiting request count (gt < count <= le)."},
+};
 
 inline constexpr std::uint32_t kMaxPriorityCounts = 64;
 
@@ -195,9 +207,21 @@ static_assert(offsetof(SchedulerSnapshot, routing_key_all_req_counts) == 488);
 inline constexpr std::uint32_t kSchedulerRecordMaxBytes = static_cast<std::uint32_t>(
     sizeof(RecordHeader) + sizeof(SchedulerSnapshot) + kMaxPriorityCounts * sizeof(PriorityCount));
 
-// The scalar fields, in layout order: the single source for the layout hash, the daemon's gauge
-// families (sglang:<name>) and the CLI's field listing. `group` 0 means always present.
+// The scalar fields, in layout order: the single source for the layout hash, the families the daemon
+// exports from this record and the CLI's field listing. `group` 0 means always present.
+//
+// This record is SGLang's SchedulerStats in fixed layout, so its contract also says how each field is
+// exported: as the gauge kSnapshotFamilyPrefix + name, with the help text and multiprocess mode below.
+// (Engines that report through the prometheus_client-compatible classes declare their own families in
+// their segments instead; the daemon names no family of its own.)
 enum class FieldType : std::uint8_t { kI64 = 1, kF64 = 2 };
+
+// How a field is exported: a mostrecent gauge; a per-process gauge (prometheus_client's default mode
+// `all`, with a pid label: SGLang's num_retracted_reqs and num_paused_reqs); or not as a gauge at all
+// (SGLang observes those per event into histograms, which an engine reports as series).
+enum class FieldExport : std::uint8_t { kMostRecentGauge = 0, kPerProcessGauge = 1, kNotExported = 2 };
+
+inline constexpr std::string_view kSnapshotFamilyPrefix = "sglang:";
 
 struct ScalarField {
   const char* name;
@@ -205,62 +229,110 @@ struct ScalarField {
   FieldType type;
   std::uint64_t group;
   const char* section;  // grouping as in SchedulerStats, for display
+  FieldExport exported;
+  const char* help;  // HELP text of the exported family (plain UTF-8; escaped by the exposition)
 };
 
-#define RANKSTAT_SNAPSHOT_FIELD(field, type, group, section)                    \
-  ScalarField {                                                                 \
-#field, offsetof(SchedulerSnapshot, field), FieldType::type, group, section \
+#define RANKSTAT_SNAPSHOT_FIELD(field, type, group, section, exported, help)                                 \
+  ScalarField {                                                                                              \
+#field, offsetof(SchedulerSnapshot, field), FieldType::type, group, section, FieldExport::exported, help \
   }
 
 inline constexpr ScalarField kSchedulerScalarFields[] = {
-    RANKSTAT_SNAPSHOT_FIELD(num_running_reqs, kI64, 0, "basics"),
-    RANKSTAT_SNAPSHOT_FIELD(num_queue_reqs, kI64, 0, "basics"),
-    RANKSTAT_SNAPSHOT_FIELD(num_grammar_queue_reqs, kI64, 0, "basics"),
-    RANKSTAT_SNAPSHOT_FIELD(gen_throughput, kF64, 0, "basics"),
-    RANKSTAT_SNAPSHOT_FIELD(cache_hit_rate, kF64, 0, "basics"),
-    RANKSTAT_SNAPSHOT_FIELD(decode_sum_seq_lens, kI64, 0, "basics"),
-    RANKSTAT_SNAPSHOT_FIELD(token_usage, kF64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(full_token_usage, kF64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(swa_token_usage, kF64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_usage, kF64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(num_used_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(kv_available_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(kv_evictable_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(kv_used_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(swa_available_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(swa_evictable_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(swa_used_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_available_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_evictable_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_used_tokens, kI64, 0, "pool"),
-    RANKSTAT_SNAPSHOT_FIELD(spec_accept_length, kF64, kGroupSpeculative, "speculative"),
-    RANKSTAT_SNAPSHOT_FIELD(spec_accept_rate, kF64, kGroupSpeculative, "speculative"),
-    RANKSTAT_SNAPSHOT_FIELD(spec_cap_length, kF64, kGroupSpeculative, "speculative"),
-    RANKSTAT_SNAPSHOT_FIELD(spec_block_accept_length, kF64, kGroupSpeculative, "speculative"),
-    RANKSTAT_SNAPSHOT_FIELD(spec_num_steps, kI64, kGroupSpeculative, "speculative"),
-    RANKSTAT_SNAPSHOT_FIELD(spec_num_draft_tokens, kI64, kGroupSpeculative, "speculative"),
-    RANKSTAT_SNAPSHOT_FIELD(num_retracted_reqs, kI64, 0, "retraction"),
-    RANKSTAT_SNAPSHOT_FIELD(num_paused_reqs, kI64, 0, "retraction"),
-    RANKSTAT_SNAPSHOT_FIELD(num_prefill_bootstrap_queue_reqs, kI64, 0, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(num_prefill_inflight_queue_reqs, kI64, 0, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(num_decode_prealloc_queue_reqs, kI64, 0, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(num_decode_transfer_queue_reqs, kI64, 0, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_speed_gb_s, kF64, kGroupDisaggregation, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_latency_ms, kF64, kGroupDisaggregation, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(pending_prealloc_token_usage, kF64, 0, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(num_decode_deferred_kv_release_reqs, kI64, 0, "disaggregation"),
-    RANKSTAT_SNAPSHOT_FIELD(utilization, kF64, 0, "forward"),
-    RANKSTAT_SNAPSHOT_FIELD(fwd_occupancy, kF64, 0, "forward"),
-    RANKSTAT_SNAPSHOT_FIELD(new_token_ratio, kF64, 0, "forward"),
-    RANKSTAT_SNAPSHOT_FIELD(is_cuda_graph, kI64, 0, "forward"),
-    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_used, kI64, kGroupLora, "lora"),
-    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_total, kI64, kGroupLora, "lora"),
-    RANKSTAT_SNAPSHOT_FIELD(lora_pool_utilization, kF64, kGroupLora, "lora"),
-    RANKSTAT_SNAPSHOT_FIELD(hicache_host_used_tokens, kI64, kGroupHiCache, "hicache"),
-    RANKSTAT_SNAPSHOT_FIELD(hicache_host_total_tokens, kI64, kGroupHiCache, "hicache"),
-    RANKSTAT_SNAPSHOT_FIELD(num_streaming_sessions, kI64, kGroupStreamingSessions, "sessions"),
-    RANKSTAT_SNAPSHOT_FIELD(streaming_session_held_tokens, kI64, kGroupStreamingSessions, "sessions"),
-    RANKSTAT_SNAPSHOT_FIELD(num_unique_running_routing_keys, kI64, 0, "routing"),
+    RANKSTAT_SNAPSHOT_FIELD(num_running_reqs, kI64, 0, "basics", kMostRecentGauge,
+                            "Requests in the running batch (priority=\"\" is the total)."),
+    RANKSTAT_SNAPSHOT_FIELD(num_queue_reqs, kI64, 0, "basics", kMostRecentGauge,
+                            "Requests waiting in the scheduler queue (priority=\"\" is the total)."),
+    RANKSTAT_SNAPSHOT_FIELD(num_grammar_queue_reqs, kI64, 0, "basics", kMostRecentGauge,
+                            "Requests waiting for grammar compilation."),
+    RANKSTAT_SNAPSHOT_FIELD(gen_throughput, kF64, 0, "basics", kMostRecentGauge,
+                            "Decode throughput in generated tokens per second; 0 after 30 s without decode."),
+    RANKSTAT_SNAPSHOT_FIELD(cache_hit_rate, kF64, 0, "basics", kMostRecentGauge,
+                            "Prefix cache hit rate of the last prefill batch."),
+    RANKSTAT_SNAPSHOT_FIELD(decode_sum_seq_lens, kI64, 0, "basics", kMostRecentGauge,
+                            "Sum of sequence lengths in the decode batch."),
+    RANKSTAT_SNAPSHOT_FIELD(token_usage, kF64, 0, "pool", kMostRecentGauge,
+                            "KV pool usage, the largest of the full, SWA and mamba pools."),
+    RANKSTAT_SNAPSHOT_FIELD(full_token_usage, kF64, 0, "pool", kMostRecentGauge,
+                            "Usage of the full-attention KV pool."),
+    RANKSTAT_SNAPSHOT_FIELD(swa_token_usage, kF64, 0, "pool", kMostRecentGauge,
+                            "Usage of the sliding-window KV pool."),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_usage, kF64, 0, "pool", kMostRecentGauge, "Usage of the mamba state pool."),
+    RANKSTAT_SNAPSHOT_FIELD(num_used_tokens, kI64, 0, "pool", kMostRecentGauge, "KV tokens in use."),
+    RANKSTAT_SNAPSHOT_FIELD(kv_available_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Free tokens in the full KV pool."),
+    RANKSTAT_SNAPSHOT_FIELD(kv_evictable_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Evictable cached tokens in the full KV pool."),
+    RANKSTAT_SNAPSHOT_FIELD(kv_used_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Tokens held by requests in the full KV pool."),
+    RANKSTAT_SNAPSHOT_FIELD(swa_available_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Free tokens in the sliding-window pool."),
+    RANKSTAT_SNAPSHOT_FIELD(swa_evictable_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Evictable tokens in the sliding-window pool."),
+    RANKSTAT_SNAPSHOT_FIELD(swa_used_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Tokens held by requests in the sliding-window pool."),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_available_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Free slots in the mamba state pool."),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_evictable_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Evictable slots in the mamba state pool."),
+    RANKSTAT_SNAPSHOT_FIELD(mamba_used_tokens, kI64, 0, "pool", kMostRecentGauge,
+                            "Slots held by requests in the mamba state pool."),
+    RANKSTAT_SNAPSHOT_FIELD(spec_accept_length, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
+                            "Average tokens produced per speculative verify step, bonus token included."),
+    RANKSTAT_SNAPSHOT_FIELD(spec_accept_rate, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
+                            "Fraction of proposed draft tokens that were accepted."),
+    RANKSTAT_SNAPSHOT_FIELD(spec_cap_length, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
+                            "Average capped verify window per verify step."),
+    RANKSTAT_SNAPSHOT_FIELD(spec_block_accept_length, kF64, kGroupSpeculative, "speculative",
+                            kMostRecentGauge, "Average uncapped block accept length per verify step."),
+    RANKSTAT_SNAPSHOT_FIELD(spec_num_steps, kI64, kGroupSpeculative, "speculative", kMostRecentGauge,
+                            "Speculative steps per verify in the active configuration."),
+    RANKSTAT_SNAPSHOT_FIELD(spec_num_draft_tokens, kI64, kGroupSpeculative, "speculative", kMostRecentGauge,
+                            "Draft tokens per verify in the active configuration."),
+    RANKSTAT_SNAPSHOT_FIELD(num_retracted_reqs, kI64, 0, "retraction", kPerProcessGauge,
+                            "Requests retracted since the previous report, per process."),
+    RANKSTAT_SNAPSHOT_FIELD(num_paused_reqs, kI64, 0, "retraction", kPerProcessGauge,
+                            "Requests paused since the previous report, per process."),
+    RANKSTAT_SNAPSHOT_FIELD(num_prefill_bootstrap_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+                            "PD prefill requests waiting for bootstrap."),
+    RANKSTAT_SNAPSHOT_FIELD(num_prefill_inflight_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+                            "PD prefill requests whose KV transfer is in flight."),
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_prealloc_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+                            "PD decode requests waiting for KV preallocation."),
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_transfer_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+                            "PD decode requests waiting for KV transfer."),
+    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_speed_gb_s, kF64, kGroupDisaggregation, "disaggregation",
+                            kNotExported, "KV transfer speed per request in GB/s."),
+    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_latency_ms, kF64, kGroupDisaggregation, "disaggregation",
+                            kNotExported, "KV transfer latency per request in milliseconds."),
+    RANKSTAT_SNAPSHOT_FIELD(pending_prealloc_token_usage, kF64, 0, "disaggregation", kMostRecentGauge,
+                            "KV usage reserved by pending preallocations."),
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_deferred_kv_release_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+                            "PD decode requests whose KV release is deferred."),
+    RANKSTAT_SNAPSHOT_FIELD(utilization, kF64, 0, "forward", kMostRecentGauge,
+                            "Scheduler utilization against its SLO limits; -1 on a PD prefill node."),
+    RANKSTAT_SNAPSHOT_FIELD(fwd_occupancy, kF64, 0, "forward", kMostRecentGauge,
+                            "Percent of wall time the device spent in forward passes."),
+    RANKSTAT_SNAPSHOT_FIELD(new_token_ratio, kF64, 0, "forward", kMostRecentGauge,
+                            "Estimated ratio of new tokens used for admission control."),
+    RANKSTAT_SNAPSHOT_FIELD(is_cuda_graph, kI64, 0, "forward", kMostRecentGauge,
+                            "1 if the last decode batch ran in a CUDA graph."),
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_used, kI64, kGroupLora, "lora", kMostRecentGauge,
+                            "LoRA adapter slots in use."),
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_total, kI64, kGroupLora, "lora", kMostRecentGauge,
+                            "LoRA adapter slots in the pool."),
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_utilization, kF64, kGroupLora, "lora", kMostRecentGauge,
+                            "Fraction of LoRA adapter slots in use."),
+    RANKSTAT_SNAPSHOT_FIELD(hicache_host_used_tokens, kI64, kGroupHiCache, "hicache", kMostRecentGauge,
+                            "Tokens held in the HiCache host pool."),
+    RANKSTAT_SNAPSHOT_FIELD(hicache_host_total_tokens, kI64, kGroupHiCache, "hicache", kMostRecentGauge,
+                            "Capacity of the HiCache host pool in tokens."),
+    RANKSTAT_SNAPSHOT_FIELD(num_streaming_sessions, kI64, kGroupStreamingSessions, "sessions",
+                            kMostRecentGauge, "Open streaming sessions."),
+    RANKSTAT_SNAPSHOT_FIELD(streaming_session_held_tokens, kI64, kGroupStreamingSessions, "sessions",
+                            kMostRecentGauge, "KV tokens held by streaming sessions."),
+    RANKSTAT_SNAPSHOT_FIELD(num_unique_running_routing_keys, kI64, 0, "routing", kMostRecentGauge,
+                            "Distinct routing keys among running requests."),
 };
 
 #undef RANKSTAT_SNAPSHOT_FIELD

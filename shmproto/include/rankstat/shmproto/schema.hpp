@@ -95,10 +95,12 @@ constexpr std::uint64_t compute_layout_hash() {
   h.RANKSTAT_HASH_FIELD(CumulativeHeader, series_capacity)
       .RANKSTAT_HASH_FIELD(CumulativeHeader, bounds_capacity)
       .RANKSTAT_HASH_FIELD(CumulativeHeader, values_capacity)
+      .RANKSTAT_HASH_FIELD(CumulativeHeader, text_capacity)
       .RANKSTAT_HASH_FIELD(CumulativeHeader, series_count)
       .RANKSTAT_HASH_FIELD(CumulativeHeader, bounds_used)
       .RANKSTAT_HASH_FIELD(CumulativeHeader, values_used)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, registration_failures);
+      .RANKSTAT_HASH_FIELD(CumulativeHeader, registration_failures)
+      .RANKSTAT_HASH_FIELD(CumulativeHeader, text_used);
   h.add("SeriesDescriptor").add(sizeof(SeriesDescriptor));
   h.RANKSTAT_HASH_FIELD(SeriesDescriptor, kind)
       .RANKSTAT_HASH_FIELD(SeriesDescriptor, gauge_mode)
@@ -106,8 +108,16 @@ constexpr std::uint64_t compute_layout_hash() {
       .RANKSTAT_HASH_FIELD(SeriesDescriptor, values_offset)
       .RANKSTAT_HASH_FIELD(SeriesDescriptor, bounds_offset)
       .RANKSTAT_HASH_FIELD(SeriesDescriptor, flags)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, family)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, labels);
+      .RANKSTAT_HASH_FIELD(SeriesDescriptor, labels_offset)
+      .RANKSTAT_HASH_FIELD(SeriesDescriptor, labels_bytes)
+      .RANKSTAT_HASH_FIELD(SeriesDescriptor, help_offset)
+      .RANKSTAT_HASH_FIELD(SeriesDescriptor, help_bytes)
+      .RANKSTAT_HASH_FIELD(SeriesDescriptor, family);
+  h.add("SeriesKinds").add(kSeriesKindMax).add(kMaxHistogramBuckets).add(kSeriesLabelBytes).add(kHelpBytes);
+  h.add("SeriesUpdateRecord").add(sizeof(SeriesUpdateRecord)).add(kSeriesUpdateVersion);
+  h.RANKSTAT_HASH_FIELD(SeriesUpdateRecord, series_index)
+      .RANKSTAT_HASH_FIELD(SeriesUpdateRecord, op)
+      .RANKSTAT_HASH_FIELD(SeriesUpdateRecord, value);
   h.add("SchedulerSnapshot").add(sizeof(SchedulerSnapshot)).add(kSchedulerSnapshotVersion);
   for (const ScalarField& f : kSchedulerScalarFields) {
     h.add(f.name).add(f.offset).add(static_cast<std::uint64_t>(f.type)).add(f.group);

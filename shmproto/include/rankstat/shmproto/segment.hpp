@@ -97,8 +97,11 @@ struct SegmentGeometry {
   std::uint32_t series_capacity = 512;
   std::uint32_t bounds_capacity = 4096;
   std::uint32_t values_capacity = 16384;
+  std::uint32_t text_capacity = 0;  // bytes of label lists and help texts; 0: 192 per series
 
-  CumulativeGeometry cumulative() const { return {series_capacity, bounds_capacity, values_capacity}; }
+  CumulativeGeometry cumulative() const {
+    return {series_capacity, bounds_capacity, values_capacity, text_capacity};
+  }
   std::uint64_t ring_offset() const { return kHeaderBytes; }
   std::uint64_t cumulative_offset() const { return ring_offset() + ring_bytes; }
   std::uint64_t total_bytes() const { return cumulative_offset() + cumulative().total_bytes(); }
@@ -178,10 +181,18 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   if (identity.role == Role::kUnknown) return fail(CreateError::kInvalidArgument, "role must be set");
   if (!is_power_of_two(g.ring_bytes) || g.ring_bytes < kMinRingBytes || g.ring_bytes > kMaxRingBytes ||
       g.max_record_bytes < sizeof(RecordHeader) || g.max_record_bytes > kMaxRecordBytes ||
-      g.max_record_bytes > g.ring_bytes / 2 || g.series_capacity > (1u << 20) ||
-      g.bounds_capacity > (1u << 24) || g.values_capacity > (1u << 24)) {
+      g.max_record_bytes > g.ring_bytes / 2) {
     return fail(CreateError::kInvalidArgument,
                 "ring must be a power of two in [4 KiB, 1 GiB] holding at least two of the largest records");
+  }
+  if (g.series_capacity > kMaxSeriesCapacity || g.bounds_capacity > kMaxBoundsCapacity ||
+      g.values_capacity > kMaxValuesCapacity || g.cumulative().text_bytes() > kMaxTextCapacity) {
+    return fail(CreateError::kInvalidArgument,
+                "cumulative block too large: at most 2^20 series, 2^24 bounds, 2^24 value words and 2^28 "
+                "text bytes (asked " +
+                    std::to_string(g.series_capacity) + " series, " + std::to_string(g.bounds_capacity) +
+                    " bounds, " + std::to_string(g.values_capacity) + " value words, " +
+                    std::to_string(g.cumulative().text_bytes()) + " text bytes)");
   }
   const std::string name = segment_name(identity.instance, identity.role, rank_key);
   const std::string path = options.directory + "/" + name;
@@ -263,6 +274,7 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   cumulative->series_capacity = g.series_capacity;
   cumulative->bounds_capacity = g.bounds_capacity;
   cumulative->values_capacity = g.values_capacity;
+  cumulative->text_capacity = g.cumulative().text_bytes();
 
   shared(h.magic).store(kMagic, std::memory_order_release);
   if (::rename(temporary.c_str(), path.c_str()) != 0) {

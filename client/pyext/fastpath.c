@@ -1,0 +1,641 @@
+/*
+ * rankstat._fastpath: the per-call hot path of rankstat's prometheus_client-compatible metric classes.
+ *
+ * SGLang calls metric objects per request and per streamed chunk: `child.inc()`, `child.set(v)`,
+ * `child.observe(v)` and `family.labels(**kw).observe(v)`. Through ctypes each C call costs ~0.7 us and
+ * the label handling in Python a few more; here a method call is one CPython method dispatch plus one
+ * indirect call into librankstat.so.
+ *
+ * - bind(lib): takes the addresses of rankstat_counter_add, rankstat_gauge_set, rankstat_gauge_add and
+ *   rankstat_histogram_observe from the loaded ctypes CDLL (no link-time dependency on librankstat.so,
+ *   so the extension loads whichever library the package found).
+ * - Value(reporter_address, series_id, kind): one series (a labelled child). kind 1 counter, 2 gauge,
+ *   3 histogram, 4 summary. reporter_address 0 (or None): every update is a no-op.
+ * - Family: `_labelnames` (tuple of str) and `_children` (dict: tuple of str -> child) live in C slots;
+ *   `labels(*values, **kw)` has prometheus_client's checks and messages, and calls
+ *   `self._new_child(key)` on a miss.
+ *
+ * The GIL is held across every call into librankstat: a reporter is single-writer, and the GIL is what
+ * serialises the Python threads of one rank. The library's update calls never block.
+ *
+ * The function pointers are process-wide statics: one librankstat per process, single-phase module
+ * initialisation (no subinterpreter support).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+typedef int (*rankstat_update_fn)(void* reporter, uint32_t id, double value);
+
+static rankstat_update_fn fn_counter_add;
+static rankstat_update_fn fn_gauge_set;
+static rankstat_update_fn fn_gauge_add;
+static rankstat_update_fn fn_histogram_observe;
+
+enum { KIND_COUNTER = 1, KIND_GAUGE = 2, KIND_HISTOGRAM = 3, KIND_SUMMARY = 4 };
+
+static const char* kind_name(int kind) {
+  switch (kind) {
+    case KIND_COUNTER:
+      return "counter";
+    case KIND_GAUGE:
+      return "gauge";
+    case KIND_HISTOGRAM:
+      return "histogram";
+    case KIND_SUMMARY:
+      return "summary";
+    default:
+      return "uninitialised";
+  }
+}
+
+static PyObject* str_new_child; /* interned "_new_child" */
+
+/* ---- argument helpers ------------------------------------------------------------------------- */
+
+/* float(obj) with prometheus_client's semantics: ints, floats, bools, numpy scalars (__float__ or
+ * __index__); anything else is a TypeError. */
+static inline int to_double(PyObject* obj, double* out) {
+  if (PyFloat_CheckExact(obj)) {
+    *out = PyFloat_AS_DOUBLE(obj);
+    return 0;
+  }
+  if (PyLong_CheckExact(obj)) {
+    double d = PyLong_AsDouble(obj);
+    if (d == -1.0 && PyErr_Occurred()) return -1;
+    *out = d;
+    return 0;
+  }
+  double d = PyFloat_AsDouble(obj);
+  if (d == -1.0 && PyErr_Occurred()) return -1;
+  *out = d;
+  return 0;
+}
+
+/* Gauge.set's float(value): prometheus_client's Gauge.set calls float(), so text ("1.5") is accepted. */
+static inline int to_double_or_text(PyObject* obj, double* out) {
+  if (PyFloat_CheckExact(obj) || PyLong_CheckExact(obj) || !PyUnicode_Check(obj)) return to_double(obj, out);
+  PyObject* number = PyFloat_FromString(obj);
+  if (number == NULL) return -1;
+  *out = PyFloat_AS_DOUBLE(number);
+  Py_DECREF(number);
+  return 0;
+}
+
+/* Parses `(amount[, exemplar])` given positionally or by keyword: `argname` is the name of the number
+ * (prometheus_client: `amount`, Gauge.set: `value`), `exemplar` (accepted and ignored: rankstat keeps no
+ * exemplars) only where `allow_exemplar`; `text`: str accepted as float() would (Gauge.set). A missing
+ * optional amount leaves *out untouched. */
+static int parse_amount(const char* method, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                        const char* argname, int required, int allow_exemplar, int text, double* out) {
+  PyObject* amount = NULL;
+  Py_ssize_t max_positional = allow_exemplar ? 2 : 1;
+  if (nargs > max_positional) {
+    PyErr_Format(PyExc_TypeError, "%s() takes at most %zd positional argument%s (%zd given)", method,
+                 max_positional, max_positional == 1 ? "" : "s", nargs);
+    return -1;
+  }
+  if (nargs >= 1) amount = args[0];
+  if (kwnames != NULL) {
+    Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+      if (PyUnicode_CompareWithASCIIString(key, argname) == 0) {
+        if (amount != NULL) {
+          PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", method, argname);
+          return -1;
+        }
+        amount = args[nargs + i];
+      } else if (allow_exemplar && PyUnicode_CompareWithASCIIString(key, "exemplar") == 0) {
+        if (nargs >= 2) {
+          PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument 'exemplar'", method);
+          return -1;
+        }
+      } else {
+        PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", method, key);
+        return -1;
+      }
+    }
+  }
+  if (amount == NULL) {
+    if (required) {
+      PyErr_Format(PyExc_TypeError, "%s() missing 1 required positional argument: '%s'", method, argname);
+      return -1;
+    }
+    return 0;
+  }
+  return text ? to_double_or_text(amount, out) : to_double(amount, out);
+}
+
+/* ---- Value ------------------------------------------------------------------------------------ */
+
+typedef struct {
+  PyObject_HEAD void* reporter; /* rankstat_reporter*; NULL: updates are no-ops */
+  uint32_t id;
+  int kind;
+} ValueObject;
+
+static PyObject* wrong_kind(ValueObject* self, const char* method) {
+  PyErr_Format(PyExc_AttributeError, "%s() is not available on a %s series", method, kind_name(self->kind));
+  return NULL;
+}
+
+static PyObject* unbound(const char* function) {
+  PyErr_Format(PyExc_RuntimeError,
+               "rankstat._fastpath: %s is not bound (call bind(lib) with a librankstat that has it)",
+               function);
+  return NULL;
+}
+
+static int value_init(ValueObject* self, PyObject* args, PyObject* kwds) {
+  static char* keywords[] = {"reporter_address", "series_id", "kind", NULL};
+  PyObject* address;
+  unsigned long long id;
+  int kind;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKi:Value", keywords, &address, &id, &kind)) return -1;
+  void* reporter = NULL;
+  if (address != Py_None) {
+    reporter = PyLong_AsVoidPtr(address);
+    if (reporter == NULL && PyErr_Occurred()) return -1;
+  }
+  if (id > UINT32_MAX) {
+    PyErr_SetString(PyExc_ValueError, "series_id must fit in 32 bits");
+    return -1;
+  }
+  if (kind < KIND_COUNTER || kind > KIND_SUMMARY) {
+    PyErr_Format(PyExc_ValueError,
+                 "kind must be 1 (counter), 2 (gauge), 3 (histogram) or 4 (summary), not %d", kind);
+    return -1;
+  }
+  self->reporter = reporter;
+  self->id = (uint32_t)id;
+  self->kind = kind;
+  return 0;
+}
+
+static void value_dealloc(ValueObject* self) {
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyObject* value_inc(ValueObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  double amount = 1.0;
+  if (self->kind == KIND_COUNTER) {
+    if (parse_amount("inc", args, nargs, kwnames, "amount", 0, 1, 0, &amount) < 0) return NULL;
+    if (amount < 0) {
+      PyErr_SetString(PyExc_ValueError, "Counters can only be incremented by non-negative amounts.");
+      return NULL;
+    }
+    if (self->reporter != NULL) {
+      if (fn_counter_add == NULL) return unbound("rankstat_counter_add");
+      fn_counter_add(self->reporter, self->id, amount);
+    }
+    Py_RETURN_NONE;
+  }
+  if (self->kind == KIND_GAUGE) {
+    if (parse_amount("inc", args, nargs, kwnames, "amount", 0, 0, 0, &amount) < 0) return NULL;
+    if (self->reporter != NULL) {
+      if (fn_gauge_add == NULL) return unbound("rankstat_gauge_add");
+      fn_gauge_add(self->reporter, self->id, amount);
+    }
+    Py_RETURN_NONE;
+  }
+  return wrong_kind(self, "inc");
+}
+
+static PyObject* value_dec(ValueObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (self->kind != KIND_GAUGE) return wrong_kind(self, "dec");
+  double amount = 1.0;
+  if (parse_amount("dec", args, nargs, kwnames, "amount", 0, 0, 0, &amount) < 0) return NULL;
+  if (self->reporter != NULL) {
+    if (fn_gauge_add == NULL) return unbound("rankstat_gauge_add");
+    fn_gauge_add(self->reporter, self->id, -amount);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* value_set(ValueObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (self->kind != KIND_GAUGE) return wrong_kind(self, "set");
+  double value = 0.0;
+  if (parse_amount("set", args, nargs, kwnames, "value", 1, 0, 1, &value) < 0) return NULL;
+  if (self->reporter != NULL) {
+    if (fn_gauge_set == NULL) return unbound("rankstat_gauge_set");
+    fn_gauge_set(self->reporter, self->id, value);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* value_observe(ValueObject* self, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kwnames) {
+  if (self->kind != KIND_HISTOGRAM && self->kind != KIND_SUMMARY) return wrong_kind(self, "observe");
+  double amount = 0.0;
+  /* Histogram.observe(amount, exemplar=None); Summary.observe(amount) takes no exemplar in
+   * prometheus_client, accepting one here is harmless. */
+  if (parse_amount("observe", args, nargs, kwnames, "amount", 1, 1, 0, &amount) < 0) return NULL;
+  if (self->reporter != NULL) {
+    if (fn_histogram_observe == NULL) return unbound("rankstat_histogram_observe");
+    fn_histogram_observe(self->reporter, self->id, amount);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* value_get_address(ValueObject* self, void* closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(self->reporter);
+}
+
+/* Writable so a binding can detach a child (0) after a fork or when its reporter closes. */
+static int value_set_address(ValueObject* self, PyObject* value, void* closure) {
+  (void)closure;
+  if (value == NULL) {
+    PyErr_SetString(PyExc_TypeError, "cannot delete _reporter_address");
+    return -1;
+  }
+  void* reporter = NULL;
+  if (value != Py_None) {
+    reporter = PyLong_AsVoidPtr(value);
+    if (reporter == NULL && PyErr_Occurred()) return -1;
+  }
+  self->reporter = reporter;
+  return 0;
+}
+
+static PyObject* value_get_id(ValueObject* self, void* closure) {
+  (void)closure;
+  return PyLong_FromUnsignedLong(self->id);
+}
+
+static PyObject* value_get_kind(ValueObject* self, void* closure) {
+  (void)closure;
+  return PyLong_FromLong(self->kind);
+}
+
+static PyObject* value_repr(ValueObject* self) {
+  return PyUnicode_FromFormat("<%s %s series %u%s>", Py_TYPE(self)->tp_name, kind_name(self->kind),
+                              (unsigned)self->id, self->reporter == NULL ? " (no-op)" : "");
+}
+
+static PyMethodDef value_methods[] = {
+    {"inc", (PyCFunction)(void (*)(void))value_inc, METH_FASTCALL | METH_KEYWORDS,
+     "inc(amount=1): a counter's total or a gauge's value plus amount (counters: amount >= 0)."},
+    {"dec", (PyCFunction)(void (*)(void))value_dec, METH_FASTCALL | METH_KEYWORDS,
+     "dec(amount=1): a gauge's value minus amount."},
+    {"set", (PyCFunction)(void (*)(void))value_set, METH_FASTCALL | METH_KEYWORDS,
+     "set(value): a gauge's value."},
+    {"observe", (PyCFunction)(void (*)(void))value_observe, METH_FASTCALL | METH_KEYWORDS,
+     "observe(amount): one sample of a histogram or summary."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef value_getset[] = {
+    {"_reporter_address", (getter)value_get_address, (setter)value_set_address,
+     "address of the rankstat_reporter (0: updates are no-ops)", NULL},
+    {"_series_id", (getter)value_get_id, NULL, "the series id from registration", NULL},
+    {"_kind", (getter)value_get_kind, NULL, "1 counter, 2 gauge, 3 histogram, 4 summary", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ValueType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rankstat._fastpath.Value",
+    .tp_basicsize = sizeof(ValueObject),
+    .tp_dealloc = (destructor)value_dealloc,
+    .tp_repr = (reprfunc)value_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Value(reporter_address, series_id, kind): one series of a rankstat segment.",
+    .tp_methods = value_methods,
+    .tp_getset = value_getset,
+    .tp_init = (initproc)value_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- Family ----------------------------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD PyObject* labelnames; /* tuple of str */
+  PyObject* children;                 /* dict: tuple of str -> child */
+} FamilyObject;
+
+static PyObject* family_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  (void)args;
+  (void)kwds;
+  FamilyObject* self = (FamilyObject*)type->tp_alloc(type, 0);
+  if (self == NULL) return NULL;
+  self->labelnames = PyTuple_New(0);
+  self->children = PyDict_New();
+  if (self->labelnames == NULL || self->children == NULL) {
+    Py_DECREF(self);
+    return NULL;
+  }
+  return (PyObject*)self;
+}
+
+/* Accepts any arguments: the Python subclass's __init__ has prometheus_client's constructor. */
+static int family_init(PyObject* self, PyObject* args, PyObject* kwds) {
+  (void)self;
+  (void)args;
+  (void)kwds;
+  return 0;
+}
+
+static int family_traverse(FamilyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(self->labelnames);
+  Py_VISIT(self->children);
+  return 0;
+}
+
+static int family_clear(FamilyObject* self) {
+  Py_CLEAR(self->labelnames);
+  Py_CLEAR(self->children);
+  return 0;
+}
+
+static void family_dealloc(FamilyObject* self) {
+  PyObject_GC_UnTrack(self);
+  family_clear(self);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyObject* family_get_labelnames(FamilyObject* self, void* closure) {
+  (void)closure;
+  if (self->labelnames == NULL) return PyTuple_New(0);
+  return Py_NewRef(self->labelnames);
+}
+
+static int family_set_labelnames(FamilyObject* self, PyObject* value, void* closure) {
+  (void)closure;
+  if (value == NULL) {
+    PyErr_SetString(PyExc_TypeError, "cannot delete _labelnames");
+    return -1;
+  }
+  PyObject* names = PySequence_Tuple(value); /* any iterable: list, dict_keys, tuple */
+  if (names == NULL) return -1;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+    PyObject* name = PyTuple_GET_ITEM(names, i);
+    if (!PyUnicode_Check(name)) {
+      PyErr_Format(PyExc_TypeError, "label names must be str, not %.100s", Py_TYPE(name)->tp_name);
+      Py_DECREF(names);
+      return -1;
+    }
+  }
+  Py_XSETREF(self->labelnames, names);
+  return 0;
+}
+
+static PyObject* family_get_children(FamilyObject* self, void* closure) {
+  (void)closure;
+  if (self->children == NULL) {
+    self->children = PyDict_New();
+    if (self->children == NULL) return NULL;
+  }
+  return Py_NewRef(self->children);
+}
+
+static int family_set_children(FamilyObject* self, PyObject* value, void* closure) {
+  (void)closure;
+  if (value == NULL) {
+    PyErr_SetString(PyExc_TypeError, "cannot delete _children");
+    return -1;
+  }
+  if (!PyDict_Check(value)) {
+    PyErr_Format(PyExc_TypeError, "_children must be a dict, not %.100s", Py_TYPE(value)->tp_name);
+    return -1;
+  }
+  Py_XSETREF(self->children, Py_NewRef(value));
+  return 0;
+}
+
+/* Index of `name` in kwnames, trying position `hint` first (callers usually pass the labels in the
+ * family's order) and pointer identity before string equality (label names are usually interned). */
+static Py_ssize_t find_keyword(PyObject* kwnames, Py_ssize_t nkw, PyObject* name, Py_ssize_t hint) {
+  if (hint < nkw && PyTuple_GET_ITEM(kwnames, hint) == name) return hint;
+  for (Py_ssize_t j = 0; j < nkw; j++) {
+    if (PyTuple_GET_ITEM(kwnames, j) == name) return j;
+  }
+  for (Py_ssize_t j = 0; j < nkw; j++) {
+    int eq = PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, j), name);
+    if (eq == 0) return j;
+    if (eq == -1 && PyErr_Occurred()) return -2;
+  }
+  return -1;
+}
+
+static PyObject* family_labels(FamilyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                               PyObject* kwnames) {
+  PyObject* names = self->labelnames;
+  Py_ssize_t n = names == NULL ? 0 : PyTuple_GET_SIZE(names);
+  Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+  if (n == 0) {
+    PyErr_Format(PyExc_ValueError, "No label names were set when constructing %S", (PyObject*)self);
+    return NULL;
+  }
+  if (nargs > 0 && nkw > 0) {
+    PyErr_SetString(PyExc_ValueError, "Can't pass both *args and **kwargs");
+    return NULL;
+  }
+  PyObject* key = PyTuple_New(n);
+  if (key == NULL) return NULL;
+  if (nkw > 0) {
+    if (nkw != n) {
+      PyErr_SetString(PyExc_ValueError, "Incorrect label names");
+      goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      Py_ssize_t j = find_keyword(kwnames, nkw, PyTuple_GET_ITEM(names, i), i);
+      if (j == -2) goto fail;
+      if (j < 0) {
+        PyErr_SetString(PyExc_ValueError, "Incorrect label names");
+        goto fail;
+      }
+      PyObject* text = PyObject_Str(args[j]);
+      if (text == NULL) goto fail;
+      PyTuple_SET_ITEM(key, i, text);
+    }
+  } else {
+    if (nargs != n) {
+      PyErr_SetString(PyExc_ValueError, "Incorrect label count");
+      goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject* text = PyObject_Str(args[i]);
+      if (text == NULL) goto fail;
+      PyTuple_SET_ITEM(key, i, text);
+    }
+  }
+  if (self->children != NULL) {
+    PyObject* child = PyDict_GetItemWithError(self->children, key); /* borrowed */
+    if (child != NULL) {
+      Py_INCREF(child);
+      Py_DECREF(key);
+      return child;
+    }
+    if (PyErr_Occurred()) goto fail;
+  }
+  {
+    PyObject* child = PyObject_CallMethodOneArg((PyObject*)self, str_new_child, key);
+    Py_DECREF(key);
+    return child;
+  }
+fail:
+  Py_DECREF(key);
+  return NULL;
+}
+
+static PyObject* family_default_new_child(PyObject* self, PyObject* key) {
+  (void)key;
+  PyErr_Format(PyExc_NotImplementedError, "%.100s must define _new_child(label_values)",
+               Py_TYPE(self)->tp_name);
+  return NULL;
+}
+
+static PyMethodDef family_methods[] = {
+    {"labels", (PyCFunction)(void (*)(void))family_labels, METH_FASTCALL | METH_KEYWORDS,
+     "labels(*values, **kw): the child for these label values (prometheus_client's checks); on a miss, "
+     "self._new_child(key) with key the tuple of str values in _labelnames order."},
+    {"_new_child", family_default_new_child, METH_O, "Subclasses register the series and store the child."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef family_getset[] = {
+    {"_labelnames", (getter)family_get_labelnames, (setter)family_set_labelnames, "tuple of label names",
+     NULL},
+    {"_children", (getter)family_get_children, (setter)family_set_children,
+     "dict: tuple of label values -> child", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FamilyType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rankstat._fastpath.Family",
+    .tp_basicsize = sizeof(FamilyObject),
+    .tp_dealloc = (destructor)family_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Family: a metric family's label names and children, with a C labels().",
+    .tp_traverse = (traverseproc)family_traverse,
+    .tp_clear = (inquiry)family_clear,
+    .tp_methods = family_methods,
+    .tp_getset = family_getset,
+    .tp_init = family_init,
+    .tp_new = family_new,
+};
+
+/* ---- module ----------------------------------------------------------------------------------- */
+
+/* The address of lib.<name> (a ctypes function pointer), or NULL with no error set if lib lacks it. */
+static int function_address(PyObject* ctypes_cast, PyObject* c_void_p, PyObject* lib, const char* name,
+                            void** out) {
+  *out = NULL;
+  PyObject* fn = PyObject_GetAttrString(lib, name);
+  if (fn == NULL) {
+    if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      PyErr_Clear();
+      return 0;
+    }
+    return -1;
+  }
+  PyObject* pointer = PyObject_CallFunctionObjArgs(ctypes_cast, fn, c_void_p, NULL);
+  Py_DECREF(fn);
+  if (pointer == NULL) return -1;
+  PyObject* value = PyObject_GetAttrString(pointer, "value");
+  Py_DECREF(pointer);
+  if (value == NULL) return -1;
+  if (value != Py_None) *out = PyLong_AsVoidPtr(value);
+  Py_DECREF(value);
+  if (*out == NULL && PyErr_Occurred()) return -1;
+  return 0;
+}
+
+static PyObject* module_bind(PyObject* module, PyObject* lib) {
+  (void)module;
+  static const char* names[] = {"rankstat_counter_add", "rankstat_gauge_set", "rankstat_gauge_add",
+                                "rankstat_histogram_observe"};
+  void* addresses[4] = {NULL, NULL, NULL, NULL};
+  PyObject* ctypes = PyImport_ImportModule("ctypes");
+  if (ctypes == NULL) return NULL;
+  PyObject* cast = PyObject_GetAttrString(ctypes, "cast");
+  PyObject* c_void_p = PyObject_GetAttrString(ctypes, "c_void_p");
+  Py_DECREF(ctypes);
+  if (cast == NULL || c_void_p == NULL) {
+    Py_XDECREF(cast);
+    Py_XDECREF(c_void_p);
+    return NULL;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < 4 && rc == 0; i++)
+    rc = function_address(cast, c_void_p, lib, names[i], &addresses[i]);
+  Py_DECREF(cast);
+  Py_DECREF(c_void_p);
+  if (rc < 0) return NULL;
+  /* rankstat_gauge_add came later than the others: a library without it still binds (gauge inc/dec
+   * then raise RuntimeError). */
+  for (size_t i = 0; i < 4; i++) {
+    if (addresses[i] == NULL && i != 2) {
+      PyErr_Format(PyExc_AttributeError, "the rankstat library lacks %s: it is older than this package",
+                   names[i]);
+      return NULL;
+    }
+  }
+  /* ISO C forbids converting between object and function pointers directly; go through uintptr_t. */
+  fn_counter_add = (rankstat_update_fn)(uintptr_t)addresses[0];
+  fn_gauge_set = (rankstat_update_fn)(uintptr_t)addresses[1];
+  fn_gauge_add = (rankstat_update_fn)(uintptr_t)addresses[2];
+  fn_histogram_observe = (rankstat_update_fn)(uintptr_t)addresses[3];
+  Py_RETURN_NONE;
+}
+
+static PyObject* module_bound(PyObject* module, PyObject* unused) {
+  (void)module;
+  (void)unused;
+  PyObject* out = PyList_New(0);
+  if (out == NULL) return NULL;
+  const struct {
+    const char* name;
+    rankstat_update_fn fn;
+  } table[] = {{"rankstat_counter_add", fn_counter_add},
+               {"rankstat_gauge_set", fn_gauge_set},
+               {"rankstat_gauge_add", fn_gauge_add},
+               {"rankstat_histogram_observe", fn_histogram_observe}};
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    if (table[i].fn == NULL) continue;
+    PyObject* name = PyUnicode_FromString(table[i].name);
+    if (name == NULL || PyList_Append(out, name) < 0) {
+      Py_XDECREF(name);
+      Py_DECREF(out);
+      return NULL;
+    }
+    Py_DECREF(name);
+  }
+  return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind", module_bind, METH_O,
+     "bind(lib): take the update functions' addresses from the loaded ctypes CDLL of librankstat.so."},
+    {"bound", module_bound, METH_NOARGS, "bound(): the names of the librankstat functions bound so far."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastpath_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "rankstat._fastpath",
+    .m_doc = "rankstat's per-call hot path (CPython extension); rankstat._slowpath is its pure-Python twin.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void); /* the module's only exported symbol */
+PyMODINIT_FUNC PyInit__fastpath(void) {
+  if (PyType_Ready(&ValueType) < 0 || PyType_Ready(&FamilyType) < 0) return NULL;
+  str_new_child = PyUnicode_InternFromString("_new_child");
+  if (str_new_child == NULL) return NULL;
+  PyObject* module = PyModule_Create(&fastpath_module);
+  if (module == NULL) return NULL;
+  if (PyModule_AddObjectRef(module, "Value", (PyObject*)&ValueType) < 0 ||
+      PyModule_AddObjectRef(module, "Family", (PyObject*)&FamilyType) < 0 ||
+      PyModule_AddIntConstant(module, "KIND_COUNTER", KIND_COUNTER) < 0 ||
+      PyModule_AddIntConstant(module, "KIND_GAUGE", KIND_GAUGE) < 0 ||
+      PyModule_AddIntConstant(module, "KIND_HISTOGRAM", KIND_HISTOGRAM) < 0 ||
+      PyModule_AddIntConstant(module, "KIND_SUMMARY", KIND_SUMMARY) < 0) {
+    Py_DECREF(module);
+    return NULL;
+  }
+  return module;
+}

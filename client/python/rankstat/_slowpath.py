@@ -1,0 +1,229 @@
+"""rankstat._slowpath: the pure-Python twin of the CPython extension rankstat._fastpath.
+
+Same names, same behaviour, same messages (tests/python/test_accel.py runs one set of checks against
+both); used where the extension is not built or RANKSTAT_NO_FASTPATH is set. Each update is one ctypes
+call (~0.7 us). The ctypes function objects are built with PYFUNCTYPE, which keeps the GIL held across the
+call like the extension does: a reporter is single-writer, and the GIL serialises the threads of a rank.
+
+- bind(lib): takes the update functions' addresses from the loaded ctypes CDLL of librankstat.so.
+- Value(reporter_address, series_id, kind): one series; kind 1 counter, 2 gauge, 3 histogram,
+  4 summary; reporter_address 0 (or None): every update is a no-op.
+- Family: `_labelnames` (tuple of str) and `_children` (dict: tuple of str -> child);
+  `labels(*values, **kw)` with prometheus_client's checks and messages; `self._new_child(key)` on a miss.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Dict, Tuple
+
+KIND_COUNTER = 1
+KIND_GAUGE = 2
+KIND_HISTOGRAM = 3
+KIND_SUMMARY = 4
+
+_KIND_NAMES = {KIND_COUNTER: "counter", KIND_GAUGE: "gauge", KIND_HISTOGRAM: "histogram", KIND_SUMMARY: "summary"}
+_NAMES = ("rankstat_counter_add", "rankstat_gauge_set", "rankstat_gauge_add", "rankstat_histogram_observe")
+# int f(rankstat_reporter*, uint32_t id, double); PYFUNCTYPE: the GIL stays held during the call.
+_PROTO = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_double)
+
+_functions: Dict[str, Any] = {}
+
+
+def bind(lib) -> None:
+    """Takes the addresses of the update functions from `lib` (a ctypes CDLL of librankstat.so).
+    rankstat_gauge_add may be missing (an older library): gauge inc/dec then raise RuntimeError."""
+    found = {}
+    for name in _NAMES:
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            if name == "rankstat_gauge_add":
+                continue
+            raise AttributeError(f"the rankstat library lacks {name}: it is older than this package") from None
+        found[name] = _PROTO(ctypes.cast(fn, ctypes.c_void_p).value)
+    _functions.clear()
+    _functions.update(found)
+
+
+def bound():
+    """The names of the librankstat functions bound so far."""
+    return [name for name in _NAMES if name in _functions]
+
+
+def _unbound(name: str):
+    raise RuntimeError(f"rankstat._slowpath: {name} is not bound (call bind(lib) with a librankstat that has it)")
+
+
+def _number(value) -> float:
+    """float(value) as the extension converts: numbers and objects with __float__ / __index__ (numpy
+    scalars), never text (float("1") would parse it)."""
+    if value.__class__ is float:
+        return value
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(f"must be real number, not {type(value).__name__}")
+    return float(value)
+
+
+def _text_or_number(value) -> float:
+    """Gauge.set's float(value): prometheus_client's Gauge.set accepts text ("1.5") too."""
+    if isinstance(value, str):
+        return float(value)
+    return _number(value)
+
+
+def _address(value) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int):
+        value = value.__index__()  # TypeError for anything that is not an integer, like PyLong_AsVoidPtr
+    return value
+
+
+class Value:
+    """One series of a rankstat segment: Value(reporter_address, series_id, kind)."""
+
+    __slots__ = ("_h", "_id", "_k")
+
+    def __init__(self, reporter_address, series_id, kind):
+        address = _address(reporter_address)
+        series_id = series_id.__index__()
+        kind = kind.__index__()
+        if not 0 <= series_id <= 0xFFFFFFFF:
+            raise ValueError("series_id must fit in 32 bits")
+        if kind not in _KIND_NAMES:
+            raise ValueError(f"kind must be 1 (counter), 2 (gauge), 3 (histogram) or 4 (summary), not {kind}")
+        self._h = address or None
+        self._id = series_id
+        self._k = kind
+
+    def _call(self, name, value):
+        fn = _functions.get(name)
+        if fn is None:
+            _unbound(name)
+        fn(self._h, self._id, value)
+
+    def _wrong_kind(self, method):
+        raise AttributeError(f"{method}() is not available on a {_KIND_NAMES.get(getattr(self, '_k', 0), 'uninitialised')} "
+                             f"series")
+
+    def inc(self, amount=1, exemplar=None):
+        k = self._k
+        if k == KIND_COUNTER:
+            amount = _number(amount)
+            if amount < 0:
+                raise ValueError("Counters can only be incremented by non-negative amounts.")
+            if self._h is not None:
+                self._call("rankstat_counter_add", amount)
+            return None
+        if k == KIND_GAUGE:
+            if exemplar is not None:
+                raise TypeError("inc() got an unexpected keyword argument 'exemplar'")
+            amount = _number(amount)
+            if self._h is not None:
+                self._call("rankstat_gauge_add", amount)
+            return None
+        self._wrong_kind("inc")
+
+    def dec(self, amount=1):
+        if self._k != KIND_GAUGE:
+            self._wrong_kind("dec")
+        amount = _number(amount)
+        if self._h is not None:
+            self._call("rankstat_gauge_add", -amount)
+
+    def set(self, value):
+        if self._k != KIND_GAUGE:
+            self._wrong_kind("set")
+        value = _text_or_number(value)
+        if self._h is not None:
+            self._call("rankstat_gauge_set", value)
+
+    def observe(self, amount, exemplar=None):
+        if self._k != KIND_HISTOGRAM and self._k != KIND_SUMMARY:
+            self._wrong_kind("observe")
+        amount = _number(amount)
+        if self._h is not None:
+            self._call("rankstat_histogram_observe", amount)
+
+    @property
+    def _reporter_address(self) -> int:
+        return self._h or 0
+
+    @_reporter_address.setter
+    def _reporter_address(self, value) -> None:
+        self._h = _address(value) or None
+
+    @property
+    def _series_id(self) -> int:
+        return self._id
+
+    @property
+    def _kind(self) -> int:
+        return self._k
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__module__}.{type(self).__qualname__} {_KIND_NAMES.get(self._k, 'uninitialised')} "
+                f"series {self._id}{' (no-op)' if self._h is None else ''}>")
+
+
+class Family:
+    """A metric family's label names and children, with prometheus_client's labels()."""
+
+    __slots__ = ("_names", "_kids", "__dict__", "__weakref__")
+
+    def __new__(cls, *args, **kwargs):
+        self = object.__new__(cls)
+        self._names = ()
+        self._kids = {}
+        return self
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @property
+    def _labelnames(self) -> Tuple[str, ...]:
+        return self._names
+
+    @_labelnames.setter
+    def _labelnames(self, value) -> None:
+        names = tuple(value)
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"label names must be str, not {type(name).__name__}")
+        self._names = names
+
+    @property
+    def _children(self) -> dict:
+        return self._kids
+
+    @_children.setter
+    def _children(self, value) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"_children must be a dict, not {type(value).__name__}")
+        self._kids = value
+
+    def labels(self, *labelvalues, **labelkwargs):
+        names = self._names
+        if not names:
+            raise ValueError("No label names were set when constructing %s" % self)
+        if labelvalues and labelkwargs:
+            raise ValueError("Can't pass both *args and **kwargs")
+        if labelkwargs:
+            if len(labelkwargs) != len(names):
+                raise ValueError("Incorrect label names")
+            try:
+                key = tuple([str(labelkwargs[name]) for name in names])
+            except KeyError:
+                raise ValueError("Incorrect label names") from None
+        else:
+            if len(labelvalues) != len(names):
+                raise ValueError("Incorrect label count")
+            key = tuple([str(v) for v in labelvalues])
+        child = self._kids.get(key)
+        if child is not None:
+            return child
+        return self._new_child(key)
+
+    def _new_child(self, key):
+        raise NotImplementedError(f"{type(self).__name__} must define _new_child(label_values)")

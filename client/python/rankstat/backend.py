@@ -1,0 +1,245 @@
+"""The process's one segment, under every metric the prometheus_client-compatible classes create.
+
+A process (an SGLang scheduler rank, the tokenizer, a detokenizer) builds several collectors; they all
+write into one segment, opened lazily when the first series is registered. Who the process is comes
+from the first collector that says so (`hint_identity`): a scheduler collector names the rank
+(`tp0-pp0-ep0[-dp1]`), anything else gets a per-process key (`pid1234`), so two collectors never open or
+rename over each other's segment. Instance and directory come from $RANKSTAT_INSTANCE and
+$RANKSTAT_SHM_DIR, as for every Reporter.
+
+Every C call made from here holds the GIL (the functions come from a ctypes.PyDLL handle): another
+thread's hot-path update, which also holds the GIL, can then never run inside the single-writer
+reporter at the same time as a registration.
+
+If the library or the segment cannot be opened the failure is logged once and every metric becomes a
+no-op: SGLang must never see an exception from its metrics.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+import weakref
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+from . import _native as n
+
+log = logging.getLogger("rankstat")
+
+NO_SERIES = 0xFFFFFFFF
+
+# Room for SGLang: ~900 series per process at the newest version, histograms with up to 41 buckets and
+# help texts of a few hundred bytes. A segment's pages are only touched when used.
+SERIES_CAPACITY = 4096
+BOUNDS_CAPACITY = 1 << 16
+VALUES_CAPACITY = 1 << 18
+
+_ROLE_KEYS = ("role", "rank_key", "model_name", "engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
+
+
+class _Calls:
+    """The declared-series C functions, bound so that calling them keeps the GIL."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        held = ctypes.PyDLL(lib._name, handle=lib._handle)
+        for name in n.DECLARED_SERIES_FUNCTIONS:
+            src = getattr(lib, name)
+            fn = getattr(held, name)
+            fn.restype, fn.argtypes = src.restype, src.argtypes
+            setattr(self, name[len("rankstat_"):], fn)
+
+
+class Segment:
+    """The process-wide segment. Use `segment()`; tests may build their own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._hints: Dict[str, Any] = {}
+        self._opened = False
+        self.reporter = None  # rankstat.reporter.Reporter once opened (possibly closed on failure)
+        self.address = 0      # the rankstat_reporter* every Value writes through; 0 = disabled
+        self.calls: Optional[_Calls] = None
+        self.error = ""
+        self.registration_failures = 0
+
+    # --- identity ---------------------------------------------------------------------------------
+
+    def hint_identity(self, role: str, labels: Optional[Mapping[str, Any]] = None) -> None:
+        """Who this process is, from a collector about to create metrics. The first hint before the
+        segment opens wins; later ones (a radix-cache collector in a scheduler process) are ignored."""
+        with self._lock:
+            if self._opened or self._hints:
+                return
+            self._hints = identity_from_labels(role, labels or {})
+
+    def identity(self) -> Dict[str, Any]:
+        with self._lock:
+            return dict(self._hints) or identity_from_labels("other", {})
+
+    # --- opening ----------------------------------------------------------------------------------
+
+    def open(self) -> int:
+        """Opens the segment on first use; the reporter address (0 when metrics are disabled)."""
+        if self._opened:
+            return self.address
+        with self._lock:
+            if self._opened:
+                return self.address
+            self._opened = True
+            try:
+                self._open_locked()
+            except Exception as e:  # never into the engine
+                self.error = f"{type(e).__name__}: {e}"
+                self.address = 0
+                log.warning("rankstat: metrics disabled in this process: %s", self.error)
+            return self.address
+
+    def _open_locked(self) -> None:
+        from .reporter import Reporter  # the ctypes Reporter owns open/close and the fork rules
+        try:
+            lib, _layout = n.load_library()
+        except n.RankstatError as e:
+            raise RuntimeError(str(e)) from None
+        if not n.has_declared_series(lib):
+            raise RuntimeError(f"{n.library_path()} lacks the declared-series functions "
+                               f"({', '.join(n.DECLARED_SERIES_FUNCTIONS)}): it is older than this package")
+        ident = self.identity()
+        kw = {k: ident[k] for k in _ROLE_KEYS if k in ident}
+        reporter = Reporter(series_capacity=SERIES_CAPACITY, bounds_capacity=BOUNDS_CAPACITY,
+                            values_capacity=VALUES_CAPACITY, **kw)
+        self.reporter = reporter
+        if not reporter.is_open:
+            raise RuntimeError(reporter.error or "the segment could not be opened")
+        self.calls = _Calls(lib)
+        from . import _accel
+        _accel.bind(lib)
+        self.address = reporter._handle
+
+    # --- series -----------------------------------------------------------------------------------
+
+    def register(self, kind: int, mode: int, family: str, help_text: str, labelnames: Sequence[str],
+                 labelvalues: Sequence[str], bounds: Sequence[float]) -> int:
+        """Registers one series; its id, or NO_SERIES (logged, the series' updates are dropped)."""
+        address = self.open()
+        if not address:
+            return NO_SERIES
+        count = len(labelnames)
+        names = (ctypes.c_char_p * max(count, 1))(*[s.encode() for s in labelnames])
+        values = (ctypes.c_char_p * max(count, 1))(*[s.encode("utf-8", "surrogatepass") for s in labelvalues])
+        finite = [b for b in bounds if b != float("inf")]
+        arr = (ctypes.c_double * max(len(finite), 1))(*finite)
+        spec = n.SeriesSpec(ctypes.sizeof(n.SeriesSpec), kind, mode, n.SERIES_OWN_LABELS_ONLY, family.encode(),
+                            help_text.encode("utf-8", "surrogatepass"), count, len(finite),
+                            ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p)),
+                            ctypes.cast(values, ctypes.POINTER(ctypes.c_char_p)),
+                            ctypes.cast(arr, ctypes.POINTER(ctypes.c_double)))
+        out = ctypes.c_uint32(NO_SERIES)
+        with self._lock:
+            if self.address != address:  # forked meanwhile
+                return NO_SERIES
+            rc = self.calls.register_series(address, ctypes.byref(spec), ctypes.byref(out))
+        if rc != n.OK:
+            self.registration_failures += 1
+            if self.registration_failures <= 10 or self.registration_failures % 1000 == 0:
+                log.warning("rankstat: cannot register %s%s (%d failures so far): %s: %s", family,
+                            dict(zip(labelnames, labelvalues)), self.registration_failures,
+                            n.ERROR_NAMES.get(rc, rc), n.last_error(self.reporter._lib))
+            return NO_SERIES
+        return out.value
+
+    # Reads and bucket-level writes for prometheus_client's child internals; `child` is a Value. A child
+    # that was forgotten after a fork has address 0, so its stale id never reaches the new segment.
+
+    def value(self, child) -> float:
+        address = child._reporter_address
+        if not address:
+            return 0.0
+        out = ctypes.c_double(0.0)
+        if self.calls.series_value(address, child._series_id, ctypes.byref(out)) != n.OK:
+            return 0.0
+        return out.value
+
+    def bucket(self, child, index: int) -> float:
+        address = child._reporter_address
+        if not address:
+            return 0.0
+        out = ctypes.c_uint64(0)
+        if self.calls.histogram_bucket(address, child._series_id, index, ctypes.byref(out)) != n.OK:
+            return 0.0
+        return float(out.value)
+
+    def bucket_add(self, child, index: int, count: float) -> None:
+        address = child._reporter_address
+        if address and count > 0:
+            self.calls.histogram_bucket_add(address, child._series_id, index, int(count))
+
+    def add_sum(self, child, delta: float) -> None:
+        address = child._reporter_address
+        if address:
+            self.calls.histogram_add_sum(address, child._series_id, float(delta))
+
+    # --- fork -------------------------------------------------------------------------------------
+
+    def _forget_after_fork(self) -> None:
+        # The child shares the parent's mapping: it must neither write into it nor close it. Its own
+        # segment opens on its next registration, under its own per-process identity.
+        self._lock = threading.RLock()
+        self._hints = {}
+        self._opened = False
+        self.address = 0
+        self.reporter = None
+
+
+def identity_from_labels(role: str, labels: Mapping[str, Any]) -> Dict[str, Any]:
+    """Segment identity from a collector's role and SGLang label dict."""
+
+    def rank(name: str) -> Optional[int]:
+        v = labels.get(name)
+        try:
+            return None if v is None or v == "" else int(v)
+        except (TypeError, ValueError):
+            return None
+
+    out: Dict[str, Any] = {}
+    if labels.get("model_name"):
+        out["model_name"] = str(labels["model_name"])
+    if labels.get("engine_type"):
+        out["engine_type"] = str(labels["engine_type"])
+    if role == "scheduler":
+        tp, pp, ep, dp = rank("tp_rank") or 0, rank("pp_rank") or 0, rank("moe_ep_rank") or 0, rank("dp_rank")
+        key = f"tp{tp}-pp{pp}-ep{ep}" + (f"-dp{dp}" if dp is not None else "")
+        engine = out.get("engine_type", "unified")
+        if engine != "unified":  # a PD pair's prefill and decode schedulers share rank numbers
+            key = f"{engine}-{key}"
+        out.update(role="scheduler", rank_key=key, tp_rank=tp, pp_rank=pp, moe_ep_rank=ep, dp_rank=dp)
+    else:
+        out.update(role=role if role in n.ROLES else "other", rank_key=f"pid{os.getpid()}")
+    return out
+
+
+_segment = Segment()
+# Families alive in this process, so a forked child can drop children bound to the parent's segment.
+_families: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def segment() -> Segment:
+    return _segment
+
+
+def track_family(family: Any) -> None:
+    _families.add(family)
+
+
+def _after_fork_in_child() -> None:
+    _segment._forget_after_fork()
+    for family in list(_families):
+        try:
+            family._forget_children_after_fork()
+        except Exception:  # a family half-built when the fork happened
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
