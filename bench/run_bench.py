@@ -8,7 +8,6 @@ Runs every benchmark of bench/ one after the other (never two at once), next to 
 compare ratios measured in the same run, not absolute times across runs.
 
   engine side   rankstat_bench_append (C++ Reporter append vs a bare ring, same run);
-                bench_python_report.py (the Python package; another engineer's, used when present);
                 bench_python_calls.py (per-call child inc/set/observe and labels(**kw).observe, and
                 SGLang's real collector methods through the oracle, vs prometheus_client 0.25.0 and 0.16);
                 the anchor's log_stats (one logged step: one gauge.labels(**labels).set per field)
@@ -218,27 +217,6 @@ def bench_engine(args):
     out["anchor_step"] = run_json([PYTHON, os.path.join(HERE, "anchor_multiprocess.py"), "step", "--iterations",
                                    str(args.step_iterations), "--repeats", str(args.repetitions + 2)], timeout=600)
 
-    script = os.path.join(HERE, "bench_python_report.py")
-    if os.path.exists(script):
-        log("engine side: the Python package (bench_python_report.py)")
-        argv = [PYTHON, script] + (["--quick"] if args.quick else [])
-        env = dict(os.environ)
-        library = os.path.join(args.build, "client", "librankstat.so")
-        if os.path.exists(library):  # the library of the build being measured, not whichever is newest
-            env["RANKSTAT_LIBRARY"] = library
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
-        parsed = None
-        for line in reversed(result.stdout.splitlines()):
-            try:
-                parsed = json.loads(line)
-                break
-            except ValueError:
-                continue
-        out["python_report"] = {"returncode": result.returncode, "json": parsed, "library": env.get("RANKSTAT_LIBRARY"),
-                                "output": result.stdout[-4000:], "stderr": result.stderr[-2000:]}
-    else:
-        out["python_report"] = None
-
     log("engine side: per-call cost from Python next to prometheus_client (bench_python_calls.py)")
     argv = [PYTHON, os.path.join(HERE, "bench_python_calls.py"), "--build", args.build] + (["--quick"] if args.quick else [])
     out["python_calls"] = run_json(argv, timeout=1800)
@@ -407,27 +385,6 @@ def make_table(results):
         lines.extend(bench_python_calls.run_bench_rows(engine["python_calls"]))
     anchor_step = engine["anchor_step"]
     step_us = anchor_step["log_stats_us_median"]
-    python = engine.get("python_report")
-    # bench_python_report.py (the Python package's benchmark) times both sides back to back itself, on the
-    # same stats: its pairs are the ratios that count. Its anchor sets every SchedulerStats gauge (48 plus
-    # the 22 routing-key bins); the anchor row below sets the 39 this metric set exports.
-    results_by_name = ((python or {}).get("json") or {}).get("results") or {}
-    if results_by_name:
-        for name, r in results_by_name.items():
-            ours, theirs = r.get("rankstat_us"), r.get("prometheus_client_us")
-            if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)):
-                continue
-            ratio = theirs / ours
-            report = "SchedulerStats report" in name
-            lines.append(f"| Python through the package (bench_python_report.py): {name}, us | {fmt(ours)} | "
-                         f"prometheus_client {fmt(theirs)} | {ratio:.1f}x faster | {'>= 20x' if report else '-'} | "
-                         f"{verdict(ratio >= 20) if report else '-'} |")
-    elif python:
-        lines.append(f"| Python, one full SchedulerStats report through the package, us | see its output below | anchor "
-                     f"log_stats {fmt(step_us)} | - | >= 20x | see below |")
-    else:
-        lines.append(f"| Python, one full SchedulerStats report through the package, us | pending (bench_python_report.py "
-                     f"not there yet) | anchor log_stats {fmt(step_us)} | pending | >= 20x | pending |")
     lines.append(f"| anchor (anchor_multiprocess.py): one logged step of this metric set, {anchor_step['gauges_per_step']} x "
                  f"gauge.labels(**labels).set(v), us | - | {fmt(step_us)} | - | - | - |")
     lines.append(f"| anchor: Gauge.set alone / with .labels(), us | - | {fmt(anchor_step['gauge_set_us_median'])} / "
@@ -567,11 +524,6 @@ def main():
           f"mode (mostrecent needs >= 0.18), SGLang scheduler metric set of bench/sglang_scheduler_set.tsv")
     print()
     print(table)
-    python = results["engine"].get("python_report")
-    if python and not (python.get("json") or {}).get("results"):
-        print()
-        print("bench_python_report.py output:")
-        print(python["output"].rstrip() or python["stderr"].rstrip())
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh >&2
 
-# rankstat: librankstat.so, which the Python package's benchmark (bench/bench_python_report.py) loads.
-targets=(rankstatd rankstat rankstat_bench_append rankstat_bench_writer rankstat_bench_scrape rankstat_bench_render
+# rankstat: librankstat.so and the C extension, which the Python benchmark (bench/bench_python_calls.py) loads.
+targets=(rankstatd rankstat rankstat_fastpath rankstat_bench_append rankstat_bench_writer rankstat_bench_scrape rankstat_bench_render
          rankstat_bench_ingest)
 echo "=== release: configure and build ${targets[*]}" >&2
 cmake --preset release >/dev/null

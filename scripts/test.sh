@@ -42,7 +42,7 @@ for preset in "${presets[@]}"; do
     # warnings -O0 does not: build its programs (not its tests) and smoke-run the benchmarks with them.
     echo "=== release: configure and build the programs and benchmarks"
     cmake --preset release >/dev/null
-    cmake --build build/release -j2 --target rankstatd rankstat_cli rankstat rankstat_example_engine \
+    cmake --build build/release -j2 --target rankstatd rankstat_cli rankstat rankstat_fastpath rankstat_example_engine \
       rankstat_bench_append rankstat_bench_writer rankstat_bench_scrape rankstat_bench_render rankstat_bench_ingest
     echo "=== release: benchmark smoke run (tiny sizes; figures come from scripts/bench.sh)"
     build/release/bench/rankstat_bench_append --benchmark_min_time=0.01 >/dev/null

@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::memcpy(block, data, size);
   shm::CumulativeGeometry geometry{};
   if (!shm::read_cumulative_geometry(block, size, geometry)) return 0;
-  RANKSTAT_FUZZ_EXPECT(geometry.values_offset() + std::uint64_t{geometry.values_capacity} * 8 <= size);
+  RANKSTAT_FUZZ_EXPECT(geometry.text_offset() + std::uint64_t{geometry.text_bytes()} <= size);
   shm::CumulativeReader reader(shm::cumulative_region(block, geometry), geometry);
   const std::uint32_t published = reader.published_series();
   RANKSTAT_FUZZ_EXPECT(published <= geometry.series_capacity);
@@ -33,6 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto info = reader.read_descriptor(i);
     if (!info) continue;
     RANKSTAT_FUZZ_EXPECT(shm::is_valid_metric_name(info->family));
+    // Everything the exposition writes from a descriptor can be written correctly.
+    RANKSTAT_FUZZ_EXPECT(shm::is_valid_utf8(info->help) && info->help.size() <= shm::kHelpBytes);
+    RANKSTAT_FUZZ_EXPECT(shm::labels_allowed(info->kind, info->labels));
     RANKSTAT_FUZZ_EXPECT(
         std::uint64_t{info->values_offset} +
             shm::series_value_words(info->kind, static_cast<std::uint16_t>(info->bounds.size())) <=
@@ -40,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::size_t b = 1; b < info->bounds.size(); ++b)
       RANKSTAT_FUZZ_EXPECT(info->bounds[b] > info->bounds[b - 1]);
     reader.read_value(*info, value);
-    if (info->kind == shm::SeriesKind::kHistogram && value.consistent) {
+    if ((info->kind == shm::SeriesKind::kHistogram || info->kind == shm::SeriesKind::kSummary) &&
+        value.consistent) {
       RANKSTAT_FUZZ_EXPECT(value.counts.size() == info->bounds.size() + 1);
     }
   }

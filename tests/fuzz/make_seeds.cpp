@@ -79,13 +79,26 @@ void register_series(rankstat::Reporter& r) {
   std::uint32_t gauge = 0;
   std::uint32_t histogram = 0;
   const double bounds[] = {0.1, 1, 10};
-  r.register_counter("sglang:seed_total", {{"kind", "a"}}, counter);
+  r.register_counter("sglang:seed_total", {{"kind", "a"}}, counter, "Seed events.");
   r.register_gauge("sglang:seed_gauge", shm::GaugeMode::kMostRecent, {}, gauge);
-  r.register_histogram("sglang:seed_seconds", {{"stage", "b"}}, bounds, histogram);
+  r.register_histogram("sglang:seed_seconds", {{"stage", "b"}}, bounds, histogram,
+                       "Seed latency,\nin seconds.");
   r.counter_add(counter, 42);
   r.gauge_set(gauge, 3.5);
   r.histogram_observe(histogram, 0.5);
   r.histogram_observe_many(histogram, 20, 3, 60);
+  // A declared summary with its own labels only, as the prometheus_client-compatible classes write.
+  const shm::LabelPairs own = {{"model_name", "caf\xC3\xA9"}, {"forward_mode", "decode"}};
+  rankstat::Reporter::SeriesSpec spec;
+  spec.kind = shm::SeriesKind::kSummary;
+  spec.flags = shm::kSeriesWithoutIdentityLabels;
+  spec.family = "sglang:seed_balancedness";
+  spec.help = "Seed summary.";
+  spec.labels = &own;
+  std::uint32_t summary = 0;
+  r.register_series(spec, summary);
+  r.histogram_observe(summary, 0.9);
+  r.gauge_add(gauge, 1.0);
 }
 
 }  // namespace

@@ -23,7 +23,6 @@ or the system loader; no compile step.
 
 from ._native import (KNOWN_LAYOUT_HASHES, LAYOUT_MAJOR, RankstatError, RankstatLayoutError, RankstatLibraryError,
                       library_path, load_library)
-from .buckets import exponential_buckets, generate_buckets, histogram_conf_from_env, two_sides_exponential_buckets
 from .metrics import Counter, Gauge, Histogram, Summary
 from .reporter import ReportKind, Reporter, SnapshotPacker, UpdateBatch, null_reporter
 
@@ -31,7 +30,6 @@ __version__ = "0.2.0"
 
 __all__ = [
     "KNOWN_LAYOUT_HASHES", "LAYOUT_MAJOR", "RankstatError", "RankstatLayoutError", "RankstatLibraryError",
-    "library_path", "load_library", "exponential_buckets", "generate_buckets", "histogram_conf_from_env",
-    "two_sides_exponential_buckets", "Counter", "Gauge", "Histogram", "Summary", "ReportKind", "Reporter",
+    "library_path", "load_library", "Counter", "Gauge", "Histogram", "Summary", "ReportKind", "Reporter",
     "SnapshotPacker", "UpdateBatch", "null_reporter", "__version__",
 ]
