@@ -10,6 +10,7 @@ compare ratios measured in the same run, not absolute times across runs.
   engine side   rankstat_bench_append (C++ Reporter append vs a bare ring, same run);
                 bench_python_calls.py (per-call child inc/set/observe and labels(**kw).observe, and
                 SGLang's real collector methods through the oracle, vs prometheus_client 0.25.0 and 0.16);
+                bench_vllm_record.py (vLLM's real stat logger, record() per engine step, both ways);
                 the anchor's log_stats (one logged step: one gauge.labels(**labels).set per field)
   scrape        rankstatd with N real writer processes (rankstat_bench_writer, 10 logged steps/s each,
                 SGLang's scheduler metric set), scraped by rankstat_bench_scrape 150 ms apart so that
@@ -220,6 +221,10 @@ def bench_engine(args):
     log("engine side: per-call cost from Python next to prometheus_client (bench_python_calls.py)")
     argv = [PYTHON, os.path.join(HERE, "bench_python_calls.py"), "--build", args.build] + (["--quick"] if args.quick else [])
     out["python_calls"] = run_json(argv, timeout=1800)
+
+    log("engine side: vLLM's real stat logger, record() per engine step (bench_vllm_record.py)")
+    argv = [PYTHON, os.path.join(HERE, "bench_vllm_record.py"), "--build", args.build] + (["--quick"] if args.quick else [])
+    out["vllm_record"] = run_json(argv, timeout=900)
     return out
 
 
@@ -383,6 +388,15 @@ def make_table(results):
     if engine.get("python_calls"):
         import bench_python_calls
         lines.extend(bench_python_calls.run_bench_rows(engine["python_calls"]))
+    vllm = engine.get("vllm_record") or {}
+    if vllm.get("available"):
+        lines.append(f"| vLLM's own stat logger (bench_vllm_record.py): one decode step's record(), two engines, "
+                     f"spec decoding, LoRA, us | {fmt(vllm['rankstat_us'])} | prometheus_client 0.25.0 "
+                     f"{fmt(vllm['prometheus_client_us'])} | {vllm['ratio']:.1f}x cheaper | >= 5x | "
+                     f"{verdict(vllm['ratio'] >= 5)} |")
+    elif vllm:
+        lines.append(f"| vLLM's own stat logger: record() per step | n/a | {vllm.get('reason', 'not available')} | - | "
+                     f">= 5x | - |")
     anchor_step = engine["anchor_step"]
     step_us = anchor_step["log_stats_us_median"]
     lines.append(f"| anchor (anchor_multiprocess.py): one logged step of this metric set, {anchor_step['gauges_per_step']} x "

@@ -176,6 +176,20 @@ class SharedMemorySeries(unittest.TestCase):
         child.inc(2.5)
         self.assertEqual(child._value.get(), 2.5)
 
+    def test_a_metric_built_again_in_the_process_continues_the_same_series(self):
+        # As prometheus_client's one mmap value per key: vLLM builds its logger twice, SGLang's tests
+        # rebuild collectors; a second series would be summed (counters) or merged (a max gauge) twice.
+        name = fresh()
+        first = metrics.Counter(name, "d", ["a"])
+        first.labels(a="x").inc(2)
+        again = metrics.Counter(name, "d", ["a"])
+        again.labels(a="x").inc(3)
+        self.assertEqual(first.labels(a="x")._series_id, again.labels(a="x")._series_id)
+        self.assertEqual(again.labels(a="x")._value.get(), 5.0)
+        low = metrics.Gauge(fresh(), "d", multiprocess_mode="min")
+        low.set(4)
+        self.assertEqual(metrics.Gauge(low._name, "d", multiprocess_mode="min")._value.get(), 4.0)
+
     def test_gauge_inc_dec_set_and_helpers(self):
         g = metrics.Gauge(fresh(), "d", multiprocess_mode="livesum")
         g.inc(3)

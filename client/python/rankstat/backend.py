@@ -63,6 +63,10 @@ class Segment:
         self.calls: Optional[_Calls] = None
         self.error = ""
         self.registration_failures = 0
+        # One series per (kind, mode, family, labels, bounds) in the process, as prometheus_client keeps one
+        # mmap value per key: a metric built again (vLLM builds a logger twice; tests rebuild collectors)
+        # continues the same series instead of adding a second one that a min/max gauge would merge with.
+        self._series_ids: Dict[Tuple[Any, ...], int] = {}
 
     # --- identity ---------------------------------------------------------------------------------
 
@@ -136,10 +140,16 @@ class Segment:
                             ctypes.cast(values, ctypes.POINTER(ctypes.c_char_p)),
                             ctypes.cast(arr, ctypes.POINTER(ctypes.c_double)))
         out = ctypes.c_uint32(NO_SERIES)
+        key = (kind, mode, family, tuple(labelnames), tuple(labelvalues), tuple(finite))
         with self._lock:
             if self.address != address:  # forked meanwhile
                 return NO_SERIES
+            known = self._series_ids.get(key)
+            if known is not None:
+                return known
             rc = self.calls.register_series(address, ctypes.byref(spec), ctypes.byref(out))
+            if rc == n.OK:
+                self._series_ids[key] = out.value
         if rc != n.OK:
             self.registration_failures += 1
             if self.registration_failures <= 10 or self.registration_failures % 1000 == 0:
@@ -190,6 +200,7 @@ class Segment:
         self._opened = False
         self.address = 0
         self.reporter = None
+        self._series_ids = {}
 
 
 def identity_from_labels(role: str, labels: Mapping[str, Any]) -> Dict[str, Any]:
