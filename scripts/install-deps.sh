@@ -18,6 +18,9 @@ packages=(
   # Test and tooling: promtool and a real Prometheus server, the incumbent for side-by-side
   # benchmarks, tmux for the terminal view test, systemd-analyze for unit verification.
   prometheus python3 python3-prometheus-client tmux systemd jq
+  # The Kubernetes manifests test (deploy/kubernetes) parses YAML; it also runs `kubectl kustomize`
+  # when kubectl is installed (not a Debian 12 package).
+  python3-yaml
   # Headers for the CPython extension rankstat._fastpath (client/pyext).
   python3-dev
 )

@@ -1,5 +1,6 @@
 #include "app.hpp"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -54,6 +55,7 @@ struct Options {
   std::string timeout = "5s";
   bool json = false;
   std::vector<std::string> instances;
+  std::vector<std::string> allowed_uids;  // --direct: owners trusted besides this user and root
   // show
   std::string rank;
   // top
@@ -83,6 +85,17 @@ std::unique_ptr<RankSource> make_source(const Options& o) {
     DirectOptions d;
     d.shm_dir = o.shm_dir.empty() ? "/dev/shm" : o.shm_dir;
     d.stall_after = *parse_duration(o.stall_after);
+    for (const std::string& owner : o.allowed_uids) {
+      if (owner.empty()) continue;
+      if (owner.find_first_not_of("0123456789") == std::string::npos && owner.size() <= 10) {
+        d.trusted_uids.push_back(static_cast<std::uint32_t>(std::stoull(owner)));
+      } else if (const passwd* user = ::getpwnam(owner.c_str()); user != nullptr) {
+        d.trusted_uids.push_back(static_cast<std::uint32_t>(user->pw_uid));
+      } else {
+        throw CLI::ValidationError("--allowed-uids",
+                                   "'" + owner + "' is neither a user name nor a numeric uid");
+      }
+    }
     return make_direct_source(d);
   }
   std::string error;
@@ -180,6 +193,11 @@ int run(int argc, char** argv) {
   app.add_option("--shm-dir", o.shm_dir, "Segment directory for --direct")
       ->envname("RANKSTAT_SHM_DIR")
       ->capture_default_str();
+  app.add_option("--allowed-uids", o.allowed_uids,
+                 "--direct: segment owners to trust besides this user and root (user names or uids, like "
+                 "rankstatd's --shm.allowed-uids); others are shown marked untrusted")
+      ->envname("RANKSTAT_ALLOWED_UIDS")
+      ->delimiter(',');
   app.add_option("--stall-after", o.stall_after, "--direct: heartbeat age after which a live rank is STALLED")
       ->capture_default_str()
       ->check(check_duration);

@@ -10,6 +10,7 @@
 // quarantine reason ("bus_error", "truncated") and never read again in this run.
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -41,6 +42,31 @@ constexpr int kPeekAttempts = 8;
 boost::json::value number_or_null(double v) {
   if (std::isfinite(v)) return v;
   return nullptr;
+}
+
+// Header strings are a writer's bytes: each byte that is not part of valid UTF-8 becomes U+FFFD, so the
+// document stays JSON. The daemon's /api/v1/ranks makes the same replacement (api_json.cpp
+// json_safe_text); the CLI does not link the daemon, hence this twin.
+std::string json_text(std::string_view text) {
+  if (shm::is_valid_utf8(text)) return std::string(text);
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const std::size_t length = lead < 0x80                    ? 1
+                               : lead >= 0xC2 && lead <= 0xDF ? 2
+                               : lead >= 0xE0 && lead <= 0xEF ? 3
+                               : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                              : 0;
+    if (length != 0 && i + length <= text.size() && shm::is_valid_utf8(text.substr(i, length))) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    }
+  }
+  return out;
 }
 
 double seconds_between(std::uint64_t earlier_ns, std::uint64_t later_ns) {
@@ -143,7 +169,7 @@ class DirectSource final : public RankSource {
   // The ranks document around `ranks` (summaries, or details when `details`), as the daemon answers it.
   boost::json::object document(boost::json::array ranks, bool details) const {
     boost::json::object doc;
-    doc["shm_dir"] = options_.shm_dir;
+    doc["shm_dir"] = json_text(options_.shm_dir);
     doc["ranks"] = std::move(ranks);
     boost::json::object rejected;
     for (const auto& [reason, count] : rejected_) rejected[reason] = count;
@@ -293,16 +319,22 @@ class DirectSource final : public RankSource {
     return "LIVE";
   }
 
+  bool trusted(std::uint32_t uid) const {
+    return uid == geteuid() || uid == 0 ||
+           std::find(options_.trusted_uids.begin(), options_.trusted_uids.end(), uid) !=
+               options_.trusted_uids.end();
+  }
+
   boost::json::object summary(Observed& o, std::uint64_t now) const {
     const shm::SegmentHeader& h = o.opened.identity;
     const shm::ProducerState p = producer(o);
     boost::json::object out;
     out["id"] = o.id;
-    out["instance"] = h.instance;
+    out["instance"] = json_text(h.instance);
     out["role"] = shm::role_name(static_cast<shm::Role>(h.role));
-    out["rank_key"] = h.rank_key;
-    out["model_name"] = h.model_name;
-    out["engine_type"] = h.engine_type;
+    out["rank_key"] = json_text(h.rank_key);
+    out["model_name"] = json_text(h.model_name);
+    out["engine_type"] = json_text(h.engine_type);
     boost::json::object ranks;
     for (const auto& [name, value] : shm::rank_numbers(h)) {
       if (value == shm::kRankUnset) {
@@ -315,6 +347,13 @@ class DirectSource final : public RankSource {
     out["pid"] = h.pid;
     out["generation"] = std::to_string(h.generation);
     out["state"] = state_of(o, p, now);
+    if (!trusted(o.opened.owner_uid)) {
+      // Shown, but not as normal: the daemon would refuse it (unexpected_owner).
+      out["untrusted_owner"] = o.opened.owner_uid;
+      out["warning"] = "owned by " + shm::describe_user(o.opened.owner_uid) +
+                       ", not this user, root or --allowed-uids: the daemon refuses it and its values may "
+                       "be forged";
+    }
     out["heartbeat_age_seconds"] = seconds_between(p.heartbeat_ns, now);
     out["records_per_second"] = o.records_per_second;
     out["records_written"] = p.records_written;
@@ -465,20 +504,15 @@ class DirectSource final : public RankSource {
             entry["value"] = number_or_null(value.value);
           }
           break;
-        case shm::SeriesKind::kSummary: {
-          entry["type"] = "summary";
-          std::uint64_t total = 0;
-          for (auto c : value.counts) total += c;
-          entry["count"] = total;
-          entry["sum"] = number_or_null(value.sum);
-          break;
-        }
+        case shm::SeriesKind::kSummary:
         case shm::SeriesKind::kHistogram: {
-          entry["type"] = "histogram";
+          const bool summary = info->kind == shm::SeriesKind::kSummary;
+          entry["type"] = summary ? "summary" : "histogram";
           std::uint64_t total = 0;
           for (auto c : value.counts) total += c;
           entry["count"] = total;
           entry["sum"] = number_or_null(value.sum);
+          if (summary) break;
           boost::json::array buckets;
           std::uint64_t cumulative = 0;
           for (std::size_t b = 0; b < value.counts.size(); ++b) {

@@ -100,6 +100,16 @@ std::vector<StyledLine> render_ranks(const boost::json::object& doc) {
     none.add("(no ranks)", style::kDim);
     lines.push_back(std::move(none));
   }
+  if (ranks != nullptr && ranks->is_array()) {
+    for (const auto& r : ranks->as_array()) {
+      const std::string warning = string_at(r, {"warning"});
+      if (warning.empty()) continue;
+      StyledLine line;
+      line.add("untrusted: ", style::kBoldRed);
+      line.add(string_at(r, {"id"}) + " is " + warning);
+      lines.push_back(std::move(line));
+    }
+  }
   const auto* rejected = find_path(root, {"rejected_segments"});
   if (rejected != nullptr && rejected->is_object()) {
     if (auto line = rejected_segments_line(rejected->as_object())) lines.push_back(std::move(*line));

@@ -6,6 +6,7 @@
 #include <boost/json/object.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -53,6 +54,9 @@ struct DirectOptions {
   std::chrono::milliseconds stall_after{30000};
   // One-shot reads sample records_written twice this far apart to report records_per_second.
   std::chrono::milliseconds rate_window{250};
+  // Segment owners trusted besides this user and root (the daemon's rule, --allowed-uids). A segment of
+  // any other owner is still shown, marked "untrusted_owner" with a warning: its values may be forged.
+  std::vector<std::uint32_t> trusted_uids;
 };
 
 std::unique_ptr<RankSource> make_daemon_source(DaemonOptions options);

@@ -42,7 +42,10 @@ thread_local std::string tls_error_message;
 
 constexpr std::uint32_t kIdentityV1Bytes = sizeof(rankstat_identity);
 constexpr std::uint32_t kGeometryV1Bytes = sizeof(rankstat_geometry);
-constexpr std::uint32_t kPermissionsV1Bytes = sizeof(rankstat_permissions);
+// The first rankstat_permissions had mode and group only; shm_dir was appended after it.
+constexpr std::uint32_t kPermissionsV1Bytes = offsetof(rankstat_permissions, shm_dir);
+constexpr std::uint32_t kPermissionsWithShmDirBytes =
+    offsetof(rankstat_permissions, shm_dir) + sizeof(rankstat_permissions::shm_dir);
 
 static_assert(RANKSTAT_OK == static_cast<int>(Status::kOk));
 static_assert(RANKSTAT_ERR_INVALID_ARGUMENT == static_cast<int>(Status::kInvalidArgument));
@@ -266,7 +269,7 @@ int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry*
     if (permissions != nullptr && permissions->struct_size < kPermissionsV1Bytes) {
       return fail_with(Status::kInvalidArgument, "rankstat_open_ex: permissions->struct_size " +
                                                      std::to_string(permissions->struct_size) +
-                                                     " is smaller than sizeof(rankstat_permissions) " +
+                                                     " is smaller than the first rankstat_permissions " +
                                                      std::to_string(kPermissionsV1Bytes));
     }
     if (identity->role < RANKSTAT_ROLE_SCHEDULER || identity->role > RANKSTAT_ROLE_OTHER) {
@@ -306,6 +309,10 @@ int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry*
     if (permissions != nullptr) {
       if (permissions->mode != 0) options.mode = permissions->mode;
       if (permissions->group != nullptr) options.group = permissions->group;
+      // Read only from callers whose struct has the field: older ones end before it.
+      if (permissions->struct_size >= kPermissionsWithShmDirBytes && permissions->shm_dir != nullptr) {
+        options.shm_dir = permissions->shm_dir;
+      }
     }
 
     auto* handle = new (std::nothrow) rankstat_reporter;

@@ -93,13 +93,27 @@ FamilySet::Series* FamilySet::series_for(Family& family, const Labels& labels, s
   // same whatever order a contributor gave them in.
   sorted_scratch_ = labels;
   if (!pid_label.empty()) sorted_scratch_.push_back({"pid", std::string(pid_label)});
+  bool shadowed = false;
+  const std::size_t own_labels = sorted_scratch_.size();
+  for (const auto& constant : constant_labels_) {
+    const auto own_end = sorted_scratch_.begin() + static_cast<std::ptrdiff_t>(own_labels);
+    if (std::any_of(sorted_scratch_.begin(), own_end,
+                    [&](const auto& l) { return l.name == constant.name; })) {
+      shadowed = true;
+      continue;
+    }
+    sorted_scratch_.push_back(constant);
+  }
   std::sort(sorted_scratch_.begin(), sorted_scratch_.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   label_key(key_scratch_, sorted_scratch_, {});
   auto [it, fresh] = family.series.try_emplace(key_scratch_);
   if (fresh) family.ordered_stale = true;
   Series& s = it->second;
-  if (fresh) s.labels = sorted_scratch_;
+  if (fresh) {
+    s.labels = sorted_scratch_;
+    s.shadows_constant_label = shadowed;
+  }
   return touch_series(s, fresh, from, inserted);
 }
 
@@ -115,6 +129,7 @@ FamilySet::Series* FamilySet::touch_series(Series& s, bool fresh, const Contribu
     s.segment_name.clear();
     s.sum = 0;
     s.instance.assign(from.instance);
+    if (s.shadows_constant_label) ++shadowed_constant_labels_;
     return &s;
   }
   if (!from.instance.empty() && !s.instance.empty() && s.instance != from.instance) {
@@ -125,6 +140,30 @@ FamilySet::Series* FamilySet::touch_series(Series& s, bool fresh, const Contribu
   return &s;
 }
 
+namespace {
+
+// Whether a sample with these labels can be written as text format that Prometheus accepts: label names
+// valid and not reserved ("__" prefix), values strict UTF-8, no name twice, no `le` on a histogram or
+// `quantile` on a summary (the exposition adds its own), no `pid` where the mode adds one. The reader
+// already refuses bad series labels; this is the last line for labels from the segment header
+// (model_name, engine_type, extra labels, the instance), retired totals and any other path, so that one
+// rank's bad bytes cost its own samples and never the whole scrape.
+bool exposable(const Labels& labels, MetricType type, std::string_view pid_label) {
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const std::string& name = labels[i].name;
+    if (!shm::is_valid_label_name(name) || !shm::is_valid_utf8(labels[i].value)) return false;
+    if ((type == MetricType::Histogram && name == "le") ||
+        (type == MetricType::Summary && name == "quantile") || (!pid_label.empty() && name == "pid"))
+      return false;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (labels[j].name == name) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 FamilySet::Series* FamilySet::resolve(Slot* slot, std::uint64_t tag, const std::string& name,
                                       std::string_view help, MetricType type, shm::GaugeMode mode,
                                       const Labels& labels, std::string_view pid_label,
@@ -132,6 +171,10 @@ FamilySet::Series* FamilySet::resolve(Slot* slot, std::uint64_t tag, const std::
   if (slot != nullptr && slot_valid(*slot, tag)) {
     if (touch_family(*slot->family_, false, help, type, mode, true) == nullptr) return nullptr;
     return touch_series(*slot->series_, false, from, inserted);
+  }
+  if (!exposable(labels, type, pid_label)) {
+    ++unexposable_;
+    return nullptr;
   }
   Family* f = family_for(name, help, type, mode);
   if (f == nullptr) return nullptr;
@@ -441,6 +484,42 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
   ++round_;
   conflicts_ = 0;
   collisions_ = 0;
+  unexposable_ = 0;
+  shadowed_constant_labels_ = 0;
+}
+
+void FamilySet::set_constant_labels(Labels labels) {
+  std::sort(labels.begin(), labels.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  constant_labels_ = std::move(labels);
+  // Every series key and pre-rendered head includes the constant labels: start over.
+  families_.clear();
+  slots_.clear();
+  ++layout_;
+}
+
+std::string constant_label_refusal(std::string_view name, std::string_view instance_label) {
+  const std::string text(name);
+  if (name.starts_with("__")) return "'" + text + "' is reserved (labels starting with __ are Prometheus's)";
+  if (!shm::is_valid_label_name(text)) return "'" + text + "' is not a valid Prometheus label name";
+  for (const std::string_view added : {"le", "quantile", "pid", "gt"}) {
+    if (name == added)
+      return "'" + text + "' is reserved: the exposition or a gauge mode adds it to engine series";
+  }
+  for (const std::string_view scrape : {"job", "instance"}) {
+    if (name == scrape)
+      return "'" + text + "' is set by Prometheus at scrape time (it would become exported_" + text +
+             "); to export the engine instance id, use --label.instance=LABEL";
+  }
+  // The labels identity_labels() sets below.
+  for (const std::string_view engine :
+       {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "dp_rank"}) {
+    if (name == engine)
+      return "'" + text + "' collides with the engine label of that name on per-rank series";
+  }
+  if (!instance_label.empty() && name == instance_label)
+    return "'" + text +
+           "' collides with --label.instance, which names the label carrying the engine instance id";
+  return {};
 }
 
 Labels identity_labels(const shm::SegmentHeader& h, const std::string& instance_label) {

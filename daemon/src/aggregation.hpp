@@ -91,6 +91,18 @@ class FamilySet {
   // Samples dropped because another engine instance already owns the same name and label set
   // (two engines with the same model and rank numbers on one host: set --label.instance).
   std::uint64_t collisions() const { return collisions_; }
+  // Samples dropped because their labels cannot be written correctly (invalid UTF-8, an invalid or
+  // reserved name, a name twice, `le` on a histogram, `quantile` on a summary, `pid` on a per-process
+  // gauge): typically a segment header's model_name, engine_type, instance or extra labels.
+  std::uint64_t unexposable() const { return unexposable_; }
+
+  // Operator-set constant labels (Config::constant_labels) added to every series from now on. Names are
+  // checked at start (constant_label_refusal); a series that carries a label of the same name anyway
+  // (an engine-declared label met at run time) keeps the engine's value: replacing it could merge two
+  // of the engine's series into one. Changing them starts the set over (every slot is invalidated).
+  void set_constant_labels(Labels labels);
+  // Series contributed in this round whose own label shadowed a constant label of the same name.
+  std::uint64_t shadowed_constant_labels() const { return shadowed_constant_labels_; }
 
  private:
   struct Series {
@@ -102,6 +114,7 @@ class FamilySet {
     std::uint64_t created_ns = 0;
     std::string segment_name;
     std::string instance;
+    bool shadows_constant_label = false;  // one of its own labels replaced a constant label
     std::vector<double> bounds;
     std::vector<std::uint64_t> counts;
     double sum = 0;
@@ -147,6 +160,9 @@ class FamilySet {
   std::map<std::string, Family> families_;
   std::uint64_t conflicts_ = 0;
   std::uint64_t collisions_ = 0;
+  std::uint64_t unexposable_ = 0;
+  std::uint64_t shadowed_constant_labels_ = 0;
+  Labels constant_labels_;    // sorted by name
   std::uint64_t round_ = 1;   // rounds end at finish() or render()
   std::uint64_t layout_ = 1;  // changes whenever a series or family is erased: invalidates every slot
   std::string key_scratch_;
@@ -158,6 +174,12 @@ class FamilySet {
 // moe_ep_rank, priority (empty, when priority scheduling is on), dp_rank (when set), extra labels,
 // then `instance_label`="<instance id>" when an instance label is configured.
 Labels identity_labels(const shm::SegmentHeader& identity, const std::string& instance_label = "");
+
+// Why `name` cannot be an operator-set constant label, or empty when it can: not a valid label name,
+// reserved (`__*`, and `le`, `quantile`, `pid`, `gt`, which the exposition or a gauge mode adds), set by
+// Prometheus at scrape time (`job`, `instance`), or one of the engine labels identity_labels() sets
+// (`instance_label` included), which would then be ambiguous on every per-rank series.
+std::string constant_label_refusal(std::string_view name, std::string_view instance_label);
 
 // The labels a cumulative series is exported with: the identity labels (unless the series opts out),
 // overridden or extended by the series' own labels.

@@ -6,11 +6,17 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "rank_segment.hpp"
 #include "segment_registry.hpp"
 
 namespace rankstat {
+
+// `text` with every byte that is not part of a valid UTF-8 sequence replaced by U+FFFD, so that a
+// document holding it is valid JSON (Boost.JSON copies string bytes as they are). Segment header
+// strings and request paths go through it.
+std::string json_safe_text(std::string_view text);
 
 // Summary of one generation: identity, liveness, ring health.
 boost::json::object rank_summary_json(const RankSegment& segment, std::uint64_t now_ns);

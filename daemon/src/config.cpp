@@ -1,11 +1,18 @@
 #include "config.hpp"
 
 #include <pwd.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
+#include <set>
 #include <sstream>
+
+#include "aggregation.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/naming.hpp"
 
 namespace rankstat {
 
@@ -45,6 +52,7 @@ struct DurationFlags {
   std::string stall = "30s";
   std::string dead_grace = "5m";
   std::string read_timeout = "10s";
+  std::string header_timeout = "5s";
 };
 
 // A user name or numeric uid; nullopt if neither.
@@ -63,7 +71,28 @@ std::optional<std::uint32_t> resolve_uid(const std::string& owner) {
   return static_cast<std::uint32_t>(found->pw_uid);
 }
 
+std::optional<std::string> apply_instance_owners(Config& c) {
+  c.instance_owners.clear();
+  for (const std::string& spec : c.instance_owner_specs) {
+    const auto equals = spec.find('=');
+    const std::string instance = spec.substr(0, equals);
+    if (equals == std::string::npos || !shm::is_valid_name_component(instance) || equals + 1 == spec.size()) {
+      return "--shm.instance-owner: '" + spec + "' is not INSTANCE=USER[:USER...]";
+    }
+    std::stringstream owners(spec.substr(equals + 1));
+    std::string owner;
+    auto& uids = c.instance_owners[instance];
+    while (std::getline(owners, owner, ':')) {
+      const auto uid = resolve_uid(owner);
+      if (!uid) return "--shm.instance-owner: '" + owner + "' is neither a user name nor a numeric uid";
+      uids.push_back(*uid);
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> apply_owners(Config& c) {
+  if (auto error = apply_instance_owners(c)) return error;
   c.allowed_uids.clear();
   c.any_owner = false;
   for (const std::string& list : c.allowed_owners) {
@@ -83,7 +112,75 @@ std::optional<std::string> apply_owners(Config& c) {
   return std::nullopt;
 }
 
-void add_options(CLI::App& app, Config& c, DurationFlags& d) {
+constexpr std::string_view kLabelFlagPrefix = "--label.";
+constexpr std::string_view kLabelKeyPrefix = "label.";
+constexpr std::string_view kLabelEnvPrefix = "RANKSTAT_LABEL_";
+
+// The NAMEs of the constant labels given as --label.NAME flags on the command line and as label.NAME
+// keys in the --config.file. CLI11 has no wildcard options, so each one gets its own option before
+// parsing; flags and file are then read as for any option (the command line wins). --label.instance
+// is not one: it names the label that carries the engine instance id.
+std::set<std::string> constant_label_names(int argc, const char* const* argv) {
+  std::set<std::string> names;
+  std::string config_file;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg.starts_with(kLabelFlagPrefix)) {
+      arg.remove_prefix(kLabelFlagPrefix.size());
+      names.emplace(arg.substr(0, arg.find('=')));
+    } else if (arg.starts_with("--config.file=")) {
+      config_file = arg.substr(std::string_view("--config.file=").size());
+    } else if (arg == "--config.file" && i + 1 < argc) {
+      config_file = argv[i + 1];
+    }
+  }
+  if (!config_file.empty()) {
+    std::ifstream in(config_file);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto start = line.find_first_not_of(" \t");
+      if (start == std::string::npos || line.compare(start, kLabelKeyPrefix.size(), kLabelKeyPrefix) != 0)
+        continue;
+      const auto name_start = start + kLabelKeyPrefix.size();
+      const auto name_end = line.find_first_of(" \t=", name_start);
+      names.emplace(
+          line.substr(name_start, name_end == std::string::npos ? name_end : name_end - name_start));
+    }
+  }
+  names.erase("instance");
+  return names;
+}
+
+// Adds RANKSTAT_LABEL_<NAME>=VALUE environment variables (NAME lower-cased: node_rank from
+// RANKSTAT_LABEL_NODE_RANK) as constant labels, so that a Kubernetes downward API or a systemd
+// EnvironmentFile can set them; a flag or config-file key of the same name wins. Then checks every
+// constant label: an error names the label and where it came from.
+std::optional<std::string> apply_constant_labels(Config& c, const std::set<std::string>& from_flags) {
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view variable = *entry;
+    if (!variable.starts_with(kLabelEnvPrefix)) continue;
+    const auto equals = variable.find('=');
+    if (equals == std::string_view::npos) continue;
+    std::string name(variable.substr(kLabelEnvPrefix.size(), equals - kLabelEnvPrefix.size()));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    c.constant_labels.try_emplace(name, variable.substr(equals + 1));
+  }
+  for (const auto& [name, value] : c.constant_labels) {
+    std::string upper = name;
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+    const std::string source =
+        from_flags.contains(name) ? "--label." + name : std::string(kLabelEnvPrefix) + upper;
+    if (const std::string why = constant_label_refusal(name, c.instance_label); !why.empty())
+      return "constant label " + source + " refused: " + why;
+    if (value.empty()) return "constant label " + source + " refused: empty value (Prometheus drops it)";
+    if (!shm::is_valid_utf8(value)) return "constant label " + source + " refused: value is not UTF-8";
+  }
+  return std::nullopt;
+}
+
+void add_options(CLI::App& app, Config& c, DurationFlags& d, const std::set<std::string>& label_names = {}) {
   // Config-file keys are the flag names ("log.level = debug"); CLI11 would otherwise read the dot as a
   // section separator and silently ignore every key.
   app.get_config_formatter_base()->parentSeparator('/');
@@ -98,6 +195,9 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
   app.add_option("--web.max-connections", c.max_connections, "Concurrent HTTP connections")
       ->capture_default_str()
       ->check(CLI::Range(1u, 100000u));
+  app.add_option("--web.max-connections-per-peer", c.max_connections_per_peer,
+                 "Concurrent HTTP connections from one address (an IPv6 /64); 0 = no limit")
+      ->capture_default_str();
   app.add_option("--shm.dir", c.shm_dir, "Directory holding the rank segments")->capture_default_str();
   app.add_option("--shm.instance", c.instances, "Only serve these engine instances (repeatable)");
   app.add_option("--shm.poll-interval", d.poll,
@@ -124,6 +224,10 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
       ->check([](const std::string& name) {
         return shm::is_valid_label_name(name) ? std::string() : "not a valid Prometheus label name";
       });
+  for (const std::string& name : label_names) {
+    app.add_option(std::string(kLabelFlagPrefix) + name, c.constant_labels[name],
+                   "Constant label on every engine series");
+  }
   app.add_option("--log.level", c.log_level, "trace, debug, info, warn, error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
@@ -133,20 +237,30 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d) {
   app.add_option("--web.read-timeout", d.read_timeout,
                  "Deadline for a client to send a whole request; slower connections are closed")
       ->capture_default_str();
+  app.add_option("--web.header-timeout", d.header_timeout,
+                 "Deadline for a client to send complete request headers; slower connections are closed")
+      ->capture_default_str();
   app.add_option("--shm.allowed-uids", c.allowed_owners,
                  "Segment owners to accept besides this daemon's user and root: user names or uids, comma "
                  "separated or repeated; 'any' accepts every owner")
       ->delimiter(',');
   app.add_flag("--shm.allow-world-writable", c.allow_world_writable,
                "Accept segments that any local user may write (refused by default)");
+  app.add_option("--shm.instance-owner", c.instance_owner_specs,
+                 "INSTANCE=USER[:USER...]: only these owners (and root) may publish segments of INSTANCE; "
+                 "repeatable. Other instances keep the --shm.allowed-uids rule");
+  app.add_option("--shm.max-series-per-segment", c.max_series_per_segment,
+                 "Series read from one segment at most; the rest are dropped and counted")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
 }
 
 std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
   const std::pair<const std::string*, std::chrono::milliseconds*> items[] = {
-      {&d.poll, &c.poll_interval},       {&d.poll_max, &c.poll_interval_max},
-      {&d.scan, &c.scan_interval},       {&d.liveness, &c.liveness_interval},
-      {&d.stall, &c.stall_after},        {&d.dead_grace, &c.dead_grace},
-      {&d.read_timeout, &c.read_timeout}};
+      {&d.poll, &c.poll_interval},        {&d.poll_max, &c.poll_interval_max},
+      {&d.scan, &c.scan_interval},        {&d.liveness, &c.liveness_interval},
+      {&d.stall, &c.stall_after},         {&d.dead_grace, &c.dead_grace},
+      {&d.read_timeout, &c.read_timeout}, {&d.header_timeout, &c.header_timeout}};
   for (const auto& [text, out] : items) {
     const auto value = parse_duration(*text);
     if (!value || (value->count() == 0 && out != &c.dead_grace)) {
@@ -170,7 +284,16 @@ ConfigParse parse_config(int argc, const char* const* argv) {
   CLI::App app{"rankstatd: drains rankstat shared-memory rings and serves Prometheus metrics"};
   app.set_version_flag("--version", std::string("rankstatd ") + RANKSTAT_VERSION);
   app.set_config("--config.file", "", "Read flags from this file (name = value lines); re-read on SIGHUP");
-  add_options(app, c, d);
+  const std::set<std::string> label_names = constant_label_names(argc, argv);
+  for (const std::string& name : label_names) {
+    // CLI11 accepts only some characters in an option name; a bad one is refused as a label name here.
+    if (const std::string why = constant_label_refusal(name, ""); !shm::is_valid_label_name(name)) {
+      result.exit_code = 2;
+      result.message = "constant label --label." + name + " refused: " + why + "\n";
+      return result;
+    }
+  }
+  add_options(app, c, d, label_names);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -192,6 +315,19 @@ ConfigParse parse_config(int argc, const char* const* argv) {
     result.message = *error + "\n";
     return result;
   }
+  std::set<std::string> from_flags;
+  for (const std::string& name : label_names) {
+    if (app.count(std::string(kLabelFlagPrefix) + name) == 0) {
+      c.constant_labels.erase(name);  // a label.NAME line that CLI11 did not read as a key
+    } else {
+      from_flags.insert(name);
+    }
+  }
+  if (auto error = apply_constant_labels(c, from_flags)) {
+    result.exit_code = 2;
+    result.message = *error + "\n";
+    return result;
+  }
   result.config = c;
   return result;
 }
@@ -207,7 +343,7 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   auto ms = [](std::chrono::milliseconds v) { return std::to_string(v.count()) + "ms"; };
   DurationFlags d{ms(base.poll_interval),     ms(base.poll_interval_max), ms(base.scan_interval),
                   ms(base.liveness_interval), ms(base.stall_after),       ms(base.dead_grace),
-                  ms(base.read_timeout)};
+                  ms(base.read_timeout),      ms(base.header_timeout)};
   CLI::App app;
   app.allow_config_extras(CLI::config_extras_mode::ignore);
   app.set_config("--config.file", base.config_file);
@@ -234,8 +370,11 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   c.address_file = base.address_file;
   c.max_connections = base.max_connections;
   c.read_timeout = base.read_timeout;
+  c.header_timeout = base.header_timeout;
+  c.max_connections_per_peer = base.max_connections_per_peer;
   c.state_dir = base.state_dir;
   c.instance_label = base.instance_label;
+  c.constant_labels = base.constant_labels;
   return c;
 }
 

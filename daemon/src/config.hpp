@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,16 +30,30 @@ struct Config {
   std::chrono::milliseconds dead_grace{300000};
   std::string state_dir;       // where retired totals persist across daemon restarts; empty: memory only
   std::string instance_label;  // label carrying the engine instance id on every engine series; empty: none
+  // Operator-set labels added to every engine series (--label.NAME=VALUE, RANKSTAT_LABEL_NAME=VALUE): the
+  // fleet identity of this daemon's engines (cluster, deployment, node, ...; docs/operations.md "Fleet").
+  // Fixed at start: a change would fork every series.
+  std::map<std::string, std::string> constant_labels;
   std::string log_level = "info";
   int gzip_level = 1;
   // Whole-request deadline per HTTP connection (slowloris defence).
   std::chrono::milliseconds read_timeout{10000};
+  // Deadline for complete request headers, from a request's first byte (from accept for the first).
+  std::chrono::milliseconds header_timeout{5000};
+  // Open HTTP connections per peer address (an IPv6 peer is its /64); 0 = no limit.
+  std::uint32_t max_connections_per_peer = 8;
   // Segment trust (docs/reliability.md): owners besides the daemon's own uid and root, as given (user
   // names or numeric uids, "any" for every owner), resolved into allowed_uids / any_owner.
   std::vector<std::string> allowed_owners;
   std::vector<std::uint32_t> allowed_uids;
   bool any_owner = false;
   bool allow_world_writable = false;
+  // Per-instance trust (--shm.instance-owner=INSTANCE=USER[:USER...], repeatable): an instance listed
+  // here is accepted only from these owners (and root); resolved from instance_owner_specs.
+  std::vector<std::string> instance_owner_specs;
+  std::map<std::string, std::vector<std::uint32_t>> instance_owners;
+  // Series read per segment generation at most; beyond it they are dropped and counted.
+  std::uint32_t max_series_per_segment = 100000;
   std::string config_file;  // re-read on SIGHUP; holds flag=value lines
 };
 

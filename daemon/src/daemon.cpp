@@ -25,6 +25,7 @@
 #include "http/http_server.hpp"
 #include "http/systemd_notify.hpp"
 #include "poll_pacer.hpp"
+#include "process_metrics.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/schema.hpp"
 #include "retired_totals.hpp"
@@ -99,6 +100,8 @@ RegistryOptions registry_options(const Config& c) {
   o.allowed_uids = c.allowed_uids;
   o.any_owner = c.any_owner;
   o.allow_world_writable = c.allow_world_writable;
+  o.instance_owners = c.instance_owners;
+  o.max_series_per_segment = c.max_series_per_segment;
   return o;
 }
 
@@ -152,13 +155,20 @@ struct Daemon::State {
   std::shared_ptr<std::string> plain_body;
   std::vector<std::size_t> body_family_ends;
   bool stopping = false;
+  bool collision_logged = false;    // the instance-collision warning is logged once per daemon
+  bool unexposable_logged = false;  // likewise the unexposable-labels warning
+  bool shadowed_logged = false;     // likewise the constant-label shadowing warning
   std::optional<std::chrono::microseconds> watchdog_period;
   // Exit notification per live writer process, keyed by (segment name, generation).
   std::map<std::pair<std::string, std::uint64_t>, std::unique_ptr<asio::posix::stream_descriptor>>
       exit_watches;
 
   explicit State(Config c)
-      : config(std::move(c)), retired(config.state_dir), registry(registry_options(config), retired) {}
+      : config(std::move(c)), retired(config.state_dir), registry(registry_options(config), retired) {
+    Labels constant;
+    for (const auto& [name, value] : config.constant_labels) constant.push_back({name, value});
+    engine.set_constant_labels(std::move(constant));
+  }
 
   // Watches every live writer we can see with a pidfd, so a crash is noticed at once rather than at the
   // next liveness pass.
@@ -201,8 +211,9 @@ struct Daemon::State {
 
   // Every drain of all rings (timer, scrape, API) goes through here, so the pacer sees each fill.
   void drain_rings(std::uint64_t now_ns, bool from_timer) {
+    // rankstat_records_drained_total is the registry's count, which includes the last drain of a
+    // generation that died or closed.
     const DrainPass pass = registry.drain_all(now_ns);
-    self.add_records_drained(pass.records);
     pacer.observe(now_ns, pass.fullest_fill, pass.drops, from_timer);
   }
 
@@ -304,7 +315,9 @@ struct Daemon::State {
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         registry.set_instances(config.instances);
         registry.set_dead_grace(config.dead_grace);
-        registry.set_trust(config.allowed_uids, config.any_owner, config.allow_world_writable);
+        registry.set_trust(config.allowed_uids, config.any_owner, config.allow_world_writable,
+                           config.instance_owners);
+        registry.set_max_series_per_segment(config.max_series_per_segment);
         pacer.set_bounds(config.poll_interval, config.poll_interval_max);
         self.note_reload(true);
         spdlog::info("configuration reloaded");
@@ -357,6 +370,11 @@ struct Daemon::State {
       c.connections_rejected_total = server->connections_rejected_total();
       c.active_connections = server->active_connections();
       c.bad_requests_total = server->bad_requests_total();
+      c.connections_refused_per_peer_total = server->connections_refused_per_peer_total();
+      c.connections_evicted_idle_total = server->connections_evicted_idle_total();
+      c.connections_evicted_reading_headers_total = server->connections_evicted_reading_headers_total();
+      c.connections_evicted_reading_body_total = server->connections_evicted_reading_body_total();
+      c.header_timeouts_total = server->header_timeouts_total();
     }
     return c;
   }
@@ -374,6 +392,32 @@ struct Daemon::State {
     collect_engine_metrics(registry.generations(), options, engine);
     retired.contribute(engine);
     self.set_scrape_drops(engine.conflicts(), engine.collisions());
+    self.set_unexposable_drops(engine.unexposable());
+    if (engine.unexposable() != 0 && !unexposable_logged) {
+      unexposable_logged = true;  // once per daemon run: the gauge tells whether it persists
+      spdlog::warn(
+          "{} samples dropped: their labels cannot be written correctly (invalid UTF-8, a reserved or "
+          "repeated label name, e.g. in a segment's model_name or extra labels); the other samples are "
+          "served (rankstat_scrape_unexposable_samples)",
+          engine.unexposable());
+    }
+    self.set_shadowed_constant_labels(engine.shadowed_constant_labels());
+    if (engine.shadowed_constant_labels() != 0 && !shadowed_logged) {
+      shadowed_logged = true;
+      spdlog::warn(
+          "{} engine series carry a label named like a constant label (--label.NAME, RANKSTAT_LABEL_NAME): "
+          "they keep the engine's value and go without the constant one; rename the constant label "
+          "(rankstat_scrape_shadowed_constant_labels)",
+          engine.shadowed_constant_labels());
+    }
+    if (engine.collisions() != 0 && !collision_logged) {
+      collision_logged = true;
+      spdlog::warn(
+          "{} samples dropped: two engine instances export series with identical labels (the second "
+          "instance's are left out); give each engine its own labels or start rankstatd with "
+          "--label.instance=instance_id (rankstat_scrape_instance_collisions)",
+          engine.collisions());
+    }
     body.reserve(last_body_bytes + last_body_bytes / 8);
     // The engine families in prometheus_client's spelling (what engine.finish() gives through
     // exposition::serialize with Dialect::kPrometheusClient), then the self-metrics in prometheus-cpp's.
@@ -381,6 +425,12 @@ struct Daemon::State {
     for (const prometheus::MetricFamily& family : self.collect(registry, http_counters(), now_ns)) {
       exposition::append_family(body, family);
       family_ends.push_back(body.size());
+    }
+    if (const auto stats = read_process_stats()) {
+      for (const prometheus::MetricFamily& family : process_families(*stats)) {
+        exposition::append_family(body, family);
+        family_ends.push_back(body.size());
+      }
     }
     last_body_bytes = body.size();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -443,8 +493,8 @@ struct Daemon::State {
         return json_response(200, boost::json::serialize(rank_detail_json(*s, now_ns)));
       }
       // Serialized, not pasted: the id comes from the request and may hold quotes or backslashes.
-      return json_response(
-          404, boost::json::serialize(boost::json::object{{"error", "no such rank"}, {"id", id}}));
+      return json_response(404, boost::json::serialize(boost::json::object{{"error", "no such rank"},
+                                                                           {"id", json_safe_text(id)}}));
     }
     return text_response(404, "not found: try " + config.telemetry_path + "\n");
   }
@@ -472,6 +522,8 @@ int Daemon::run() {
   options.max_connections = s.config.max_connections;
   options.gzip_level = s.config.gzip_level;
   options.read_timeout = s.config.read_timeout;
+  options.header_timeout = s.config.header_timeout;
+  options.max_connections_per_peer = s.config.max_connections_per_peer;
   s.server =
       std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
   if (!s.config.state_dir.empty()) {
@@ -479,6 +531,7 @@ int Daemon::run() {
     std::filesystem::create_directories(s.config.state_dir, ec);
     if (ec) throw std::runtime_error("cannot create --state.dir " + s.config.state_dir + ": " + ec.message());
   }
+  if (std::string error; !s.retired.check_directory(error)) throw std::runtime_error(error);
   if (std::string error; !s.retired.load(error)) spdlog::error("{}", error);
   s.scan_now();
   s.drain_rings(shm::monotonic_ns(), false);

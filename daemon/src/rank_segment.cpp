@@ -126,6 +126,7 @@ void RankSegment::set_state(RankState state, std::uint64_t now_ns) {
   if (state != state_) {
     state_ = state;
     state_since_ns_ = now_ns;
+    heartbeat_at_state_change_ = producer().heartbeat_ns;
   }
 }
 
@@ -230,10 +231,15 @@ void RankSegment::refresh_cumulative() {
   // patches the vanished pages with zeros; committing those would make counters go backwards.
   std::vector<SeriesState> fresh;
   std::uint64_t invalid = 0;
+  std::uint64_t over_limit = 0;
   std::uint32_t published = 0;
   const bool read = read_guarded([&] {
     published = cumulative_.published_series();
     for (std::uint32_t i = descriptors_seen_; i < published; ++i) {
+      if (series_.size() + fresh.size() >= max_series_) {
+        over_limit += published - i;
+        break;
+      }
       auto info = cumulative_.read_descriptor(i);
       if (!info) {
         ++invalid;
@@ -248,6 +254,7 @@ void RankSegment::refresh_cumulative() {
   });
   if (!read) return;
   invalid_series_ += invalid;
+  series_over_limit_ += over_limit;
   descriptors_seen_ = std::max(descriptors_seen_, published);
   for (SeriesState& s : fresh) series_.push_back(std::move(s));
   for (std::size_t i = 0; i < series_.size(); ++i) {

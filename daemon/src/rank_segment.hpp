@@ -95,6 +95,10 @@ class RankSegment {
   RankState state() const { return state_; }
   std::uint64_t state_since_ns() const { return state_since_ns_; }
   void set_state(RankState state, std::uint64_t now_ns);
+  // The writer's heartbeat when the state last changed: a heartbeat newer than that in a DEAD
+  // generation means someone still writes it (a writer in another pid namespace), and its file is
+  // then never unlinked.
+  std::uint64_t heartbeat_at_state_change() const { return heartbeat_at_state_change_; }
 
   bool ring_corrupt() const { return ring_corrupt_; }
   // Set when one of the segment's families disagrees with the type or mode other ranks gave it: the
@@ -111,6 +115,10 @@ class RankSegment {
   // Gauge update records drained (one per set of a gauge declared through the metric classes).
   std::uint64_t gauge_updates() const { return gauge_updates_; }
   std::uint64_t invalid_series() const { return invalid_series_; }
+  // At most `limit` series are read from this generation; descriptors beyond it are skipped and counted
+  // (series_over_limit) so one rank cannot make the daemon allocate without bound.
+  void set_max_series(std::uint32_t limit) { max_series_ = limit; }
+  std::uint64_t series_over_limit() const { return series_over_limit_; }
   double ring_fill_ratio() const;
   // Records accepted by the writer per second, over the last few seconds.
   double records_per_second() const { return records_per_second_; }
@@ -147,6 +155,7 @@ class RankSegment {
   std::uint64_t dropped_seen_ = 0;
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
+  std::uint64_t heartbeat_at_state_change_ = 0;
   bool ring_corrupt_ = false;
   shm::DrainStatus ring_status_ = shm::DrainStatus::kOk;
   mutable bool ring_fault_reported_ = false;
@@ -161,6 +170,8 @@ class RankSegment {
   std::uint64_t malformed_records_ = 0;
   std::uint64_t gauge_updates_ = 0;
   std::uint64_t invalid_series_ = 0;
+  std::uint32_t max_series_ = 100000;
+  std::uint64_t series_over_limit_ = 0;
   std::uint64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_start_records_ = 0;
   double records_per_second_ = 0;

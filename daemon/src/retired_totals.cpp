@@ -1,6 +1,8 @@
 #include "retired_totals.hpp"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json/parse.hpp>
@@ -9,8 +11,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <random>
+
+#include "rankstat/shmproto/cumulative.hpp"
 
 namespace rankstat {
 namespace {
@@ -33,6 +36,43 @@ Labels labels_from(const boost::json::array& in) {
   return out;
 }
 
+// A series as the exposition would emit it: valid names, UTF-8 values, no duplicate or reserved label.
+// The state file is input like any segment: a forged family name with a newline must not reach /metrics.
+bool valid_series(const std::string& family, const Labels& labels, std::string& why) {
+  if (!shm::is_valid_metric_name(family)) {
+    why = "invalid family name";
+    return false;
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const auto& l = labels[i];
+    if (!shm::is_valid_label_name(l.name) || l.name.starts_with("__") || l.name == "le" ||
+        l.name == "quantile") {
+      why = "invalid or reserved label name";
+      return false;
+    }
+    if (!shm::is_valid_utf8(l.value)) {
+      why = "label value not UTF-8";
+      return false;
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (labels[j].name == l.name) {
+        why = "duplicate label " + l.name;
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool valid_histogram(const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum,
+                     bool summary) {
+  if (!std::isfinite(sum) || counts.size() != bounds.size() + 1 || (summary && !bounds.empty())) return false;
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1])) return false;
+  }
+  return true;
+}
+
 bool write_all(int fd, const std::string& data) {
   std::size_t done = 0;
   while (done < data.size()) {
@@ -48,18 +88,77 @@ bool write_all(int fd, const std::string& data) {
 
 }  // namespace
 
-RetiredTotals::RetiredTotals(std::string state_dir) {
+RetiredTotals::RetiredTotals(std::string state_dir) : dir_(state_dir) {
   if (!state_dir.empty()) path_ = state_dir + "/retired-totals.json";
+}
+
+bool RetiredTotals::holds_nonce(std::uint64_t nonce) const {
+  for (const auto& [name, n] : generations_) {
+    if (n == nonce) return true;
+  }
+  return false;
+}
+
+bool RetiredTotals::check_directory(std::string& error) const {
+  if (dir_.empty()) return true;
+  struct stat st {};
+  if (::lstat(dir_.c_str(), &st) != 0) {
+    error = "--state.dir " + dir_ + ": " + std::strerror(errno);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    error = "--state.dir " + dir_ + " is not a directory (a symlink is not accepted either)";
+    return false;
+  }
+  // Whoever may write the directory may plant a symlink or a forged state file in it.
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    error = "--state.dir " + dir_ + " is owned by uid " + std::to_string(st.st_uid) +
+            ", neither this daemon's user (uid " + std::to_string(geteuid()) + ") nor root; refusing it";
+    return false;
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    error = "--state.dir " + dir_ + " has mode " + mode +
+            ": writable by group or others, who could plant or forge its state file; chmod go-w it";
+    return false;
+  }
+  return true;
 }
 
 bool RetiredTotals::load(std::string& error) {
   if (path_.empty()) return true;
-  std::ifstream in(path_);
-  if (!in) return true;  // first start
-  std::stringstream text;
-  text << in.rdbuf();
+  // O_NOFOLLOW | O_NONBLOCK: a symlink or FIFO planted at the state file's name is neither followed nor
+  // able to block the start.
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return true;  // first start
+    error = path_ + " cannot be read (" + std::strerror(errno) +
+            (errno == ELOOP ? "; a symlink is never followed" : "") + "); starting without retired totals";
+    return false;
+  }
+  struct stat st {};
+  std::string text;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    error = path_ + " is not a regular file; starting without retired totals";
+    return false;
+  }
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  std::uint64_t dropped = 0;
+  std::string first_reason;
+  auto drop = [&](const std::string& family, const std::string& why) {
+    if (dropped++ == 0) first_reason = "family '" + family + "': " + why;
+  };
   try {
-    const boost::json::object doc = boost::json::parse(text.str()).as_object();
+    const boost::json::object doc = boost::json::parse(text).as_object();
     if (doc.at("version").as_int64() != kStateVersion) {
       error = path_ + ": unknown state version " + boost::json::serialize(doc.at("version"));
       return false;
@@ -73,8 +172,18 @@ bool RetiredTotals::load(std::string& error) {
       Counter counter;
       counter.value = o.at("value").to_number<double>();
       if (const auto* help = o.if_contains("help")) counter.help = std::string(help->as_string());
-      counters_[{std::string(o.at("family").as_string()), labels_from(o.at("labels").as_array())}] =
-          std::move(counter);
+      std::string family(o.at("family").as_string());
+      Labels labels = labels_from(o.at("labels").as_array());
+      std::string why;
+      if (!valid_series(family, labels, why)) {
+        drop(family, why);
+        continue;
+      }
+      if (!std::isfinite(counter.value) || counter.value < 0 || !shm::is_valid_utf8(counter.help)) {
+        drop(family, "value not a finite non-negative number, or help not UTF-8");
+        continue;
+      }
+      counters_[{std::move(family), std::move(labels)}] = std::move(counter);
     }
     for (const auto& h : doc.at("histograms").as_array()) {
       const auto& o = h.as_object();
@@ -84,10 +193,19 @@ bool RetiredTotals::load(std::string& error) {
       hist.sum = o.at("sum").to_number<double>();
       if (const auto* help = o.if_contains("help")) hist.help = std::string(help->as_string());
       if (const auto* summary = o.if_contains("summary")) hist.summary = summary->as_bool();
-      if (hist.summary && !hist.bounds.empty()) throw std::runtime_error("a summary with bucket bounds");
-      if (hist.counts.size() != hist.bounds.size() + 1) throw std::runtime_error("bucket count mismatch");
-      histograms_[{std::string(o.at("family").as_string()), labels_from(o.at("labels").as_array())}] =
-          std::move(hist);
+      std::string family(o.at("family").as_string());
+      Labels labels = labels_from(o.at("labels").as_array());
+      std::string why;
+      if (!valid_series(family, labels, why)) {
+        drop(family, why);
+        continue;
+      }
+      if (!valid_histogram(hist.bounds, hist.counts, hist.sum, hist.summary) ||
+          !shm::is_valid_utf8(hist.help)) {
+        drop(family, "bounds not finite and increasing, bucket count mismatch, or sum not finite");
+        continue;
+      }
+      histograms_[{std::move(family), std::move(labels)}] = std::move(hist);
     }
   } catch (const std::exception& e) {
     generations_.clear();
@@ -95,6 +213,11 @@ bool RetiredTotals::load(std::string& error) {
     histograms_.clear();
     error = path_ + " is not a valid state file (" + e.what() + "); starting without retired totals";
     return false;
+  }
+  invalid_entries_ += dropped;
+  if (dropped != 0) {
+    spdlog::error("{}: dropped {} invalid entries (never served), the first: {}", path_, dropped,
+                  first_reason);
   }
   return true;
 }
@@ -129,8 +252,14 @@ bool RetiredTotals::save(std::string& error) const {
   }
   doc["histograms"] = std::move(histograms);
   const std::string text = boost::json::serialize(doc) + "\n";
-  const std::string temporary = path_ + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  // A fresh temporary of a random name, created exclusively and never through a symlink: nothing planted
+  // in the directory is opened or truncated. rename() then replaces the name itself (a symlink there
+  // included) without following it.
+  std::random_device entropy;
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), entropy());
+  const std::string temporary = path_ + suffix;
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0) {
     error = "cannot write " + temporary + ": " + std::strerror(errno);
     return false;
@@ -145,7 +274,7 @@ bool RetiredTotals::save(std::string& error) const {
   }
   // The rename must reach the disk before the segment it accounts for is unlinked.
   const std::string dir = path_.substr(0, path_.rfind('/'));
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }

@@ -3,9 +3,9 @@
 // rank restarts without keeping one mapping (or one file) per dead process, which is what makes the
 // incumbent's scrape time and directory grow forever.
 //
-// With a state directory the store is persisted (write, fsync, rename) before a segment is unlinked,
-// together with the generations it already holds, so a daemon restart neither loses a retired total
-// nor counts a still-present segment twice. Used only from the io thread.
+// With a state directory the store is persisted (exclusive temporary, fsync, rename, directory fsync) before
+// a segment is unlinked, together with the generations it already holds, so a daemon restart neither loses a
+// retired total nor counts a still-present segment twice. Used only from the io thread.
 #pragma once
 
 #include <cstdint>
@@ -26,15 +26,26 @@ class RetiredTotals {
   explicit RetiredTotals(std::string state_dir);
 
   // Loads the persisted store; a missing file is an empty store, a corrupt one is an error (the file
-  // is left for inspection and the store starts empty).
+  // is left for inspection and the store starts empty). A symlink is never followed. Each entry is
+  // validated as a segment's series would be (metric and label names, UTF-8 values, finite numbers,
+  // consistent buckets); invalid entries are dropped, counted and logged once.
   bool load(std::string& error);
-  // Writes the store atomically. Returns false (with a message) if it could not.
+  // Writes the store atomically: an exclusive temporary of a random name (O_EXCL | O_NOFOLLOW), fsync,
+  // rename, directory fsync. Returns false (with a message) if it could not.
   bool save(std::string& error) const;
   bool persistent() const { return !path_.empty(); }
+  // Refuses a state directory that others could plant files in: not a directory, not owned by this
+  // user or root, or writable by group or others. Call before load().
+  bool check_directory(std::string& error) const;
+  // Entries of the loaded state file dropped as invalid (never served); see load().
+  std::uint64_t invalid_entries() const { return invalid_entries_; }
 
   // Identity of a generation: segment name and its random generation nonce.
   using GenerationKey = std::pair<std::string, std::uint64_t>;
   bool holds(const GenerationKey& generation) const { return generations_.count(generation) != 0; }
+  // A retired generation of this nonce under any name (a hard link or copy found after the original was
+  // retired and unlinked must not be counted again).
+  bool holds_nonce(std::uint64_t nonce) const;
   void forget_generations_except(const std::set<GenerationKey>& still_present);
 
   // Folds one generation's counter and histogram series (labels already composed).
@@ -66,7 +77,9 @@ class RetiredTotals {
   };
   using SeriesKey = std::pair<std::string, Labels>;
 
+  std::string dir_;
   std::string path_;
+  std::uint64_t invalid_entries_ = 0;
   std::set<GenerationKey> generations_;
   std::map<SeriesKey, Counter> counters_;
   std::map<SeriesKey, Histogram> histograms_;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,16 @@ bool expired(const RankSegment& s, std::uint64_t now_ns, std::uint64_t grace_ns)
 SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired)
     : options_(std::move(options)), retired_(retired) {
   shm::install_bus_guard();
+  fd_budget_ = options_.fd_budget;
+  if (fd_budget_ == 0) {
+    rlimit limit{};
+    const std::uint64_t soft = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                                   ? static_cast<std::uint64_t>(limit.rlim_cur)
+                                   : 1u << 20;
+    // Keep a quarter (8 to 256) for the listener, HTTP connections, /proc reads and the state file.
+    const std::uint64_t reserve = std::clamp<std::uint64_t>(soft / 4, 8, 256);
+    fd_budget_ = soft > reserve ? soft - reserve : 0;
+  }
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     shm::GaugeMode mode = shm::GaugeMode::kMostRecent;
     if (snapshot_field_gauge_mode(field, mode))
@@ -45,10 +56,12 @@ SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired
 }
 
 void SegmentRegistry::set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner,
-                                bool allow_world_writable) {
+                                bool allow_world_writable,
+                                std::map<std::string, std::vector<std::uint32_t>> instance_owners) {
   options_.allowed_uids = std::move(allowed_uids);
   options_.any_owner = any_owner;
   options_.allow_world_writable = allow_world_writable;
+  options_.instance_owners = std::move(instance_owners);
   for (auto& [name, r] : rejected_) r.recheck = true;
 }
 
@@ -57,7 +70,8 @@ bool SegmentRegistry::Rejected::same_file(const struct stat& st) const {
          gid == st.st_gid && size == st.st_size && ctime_ns == rankstat::ctime_ns(st);
 }
 
-std::string SegmentRegistry::distrust(const struct stat& st, std::string& message) const {
+std::string SegmentRegistry::distrust(const struct stat& st, const std::string& instance,
+                                      std::string& message) const {
   if (!S_ISREG(st.st_mode)) {
     message = "not a regular file (a symlink, directory, FIFO or device); never opened";
     return "not_regular_file";
@@ -72,6 +86,15 @@ std::string SegmentRegistry::distrust(const struct stat& st, std::string& messag
     return "world_writable";
   }
   const std::uint32_t uid = st.st_uid;
+  if (auto owners = options_.instance_owners.find(instance); owners != options_.instance_owners.end()) {
+    // Per-instance trust: a user trusted for one instance cannot publish (or rename a segment over)
+    // another's.
+    if (uid == 0 || std::find(owners->second.begin(), owners->second.end(), uid) != owners->second.end())
+      return {};
+    message = "owned by uid " + std::to_string(uid) +
+              ", which --shm.instance-owner does not allow for instance " + instance;
+    return "unexpected_owner";
+  }
   const bool owner_ok = options_.any_owner || uid == geteuid() || uid == 0 ||
                         std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
                             options_.allowed_uids.end();
@@ -95,6 +118,10 @@ void SegmentRegistry::reject(const std::string& name, const struct stat& st, con
     ++counters_.rejected_world_writable;
   } else if (reason == "unexpected_owner") {
     ++counters_.rejected_unexpected_owner;
+  } else if (reason == "hard_link") {
+    ++counters_.rejected_hard_link;
+  } else if (reason == "instance_mismatch") {
+    ++counters_.rejected_instance_mismatch;
   } else if (reason == "bus_error") {
     ++counters_.quarantined_bus_error;
   } else {
@@ -153,7 +180,9 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
   ++counters_.scans;
   DIR* dir = opendir(options_.directory.c_str());
   if (dir == nullptr) {
-    spdlog::warn("cannot list shm directory {}: {}", options_.directory, shm::errno_text(errno));
+    const int error = errno;
+    if (error == EMFILE || error == ENFILE) ++counters_.fd_exhaustion;
+    spdlog::warn("cannot list shm directory {}: {}", options_.directory, shm::errno_text(error));
     return 0;
   }
   std::vector<std::string> names;
@@ -171,6 +200,9 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
   for (const std::string& name : temporaries) sweep_temporary(name, now_ns);
   std::sort(names.begin(), names.end());
   int opened = 0;
+  std::uint64_t held = 0;  // generations mapped: a descriptor each, and a pidfd for the live ones
+  for (const auto& [name, t] : tracked_) held += (t.current ? 1u : 0u) + t.previous.size();
+  bool over_budget_logged = false;
   std::set<RetiredTotals::GenerationKey> present;
   for (const std::string& name : names) {
     const std::string path = options_.directory + "/" + name;
@@ -178,21 +210,66 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
     if (lstat(path.c_str(), &st) != 0) continue;
     auto it = tracked_.find(name);
     if (it != tracked_.end()) {
-      const Tracked& t = it->second;
+      Tracked& t = it->second;
       if (t.current && t.current->inode() == st.st_ino && t.current->device() == st.st_dev) {
+        // Same generation. Its mode and owner are checked again on every scan, not only at open: a
+        // segment made world-writable, or given to another owner, after it was opened is no longer
+        // believed. Its generation is dropped unfolded (its values may be forged) and the file refused
+        // until it changes.
+        std::string message;
+        if (std::string reason = distrust(st, shm::parse_segment_name(name)->instance, message);
+            !reason.empty()) {
+          ++counters_.dropped_untrusted;
+          t.current.reset();
+          reject(name, st, reason, message + " (changed after it was opened; dropped from the exposition)",
+                 now_ns);
+          continue;
+        }
         present.insert({name, t.current->identity().generation});
-        continue;  // same generation
+        continue;
       }
-      if (!t.current && t.retired_inode == st.st_ino) continue;  // retired, file kept
+      if (!t.current && t.retired_inode == st.st_ino && t.retired_device == st.st_dev)
+        continue;  // retired, file kept
     }
     auto rejected = rejected_.find(name);
     if (rejected != rejected_.end() && !rejected->second.recheck && rejected->second.same_file(st)) {
       continue;  // unchanged since it was refused
     }
+    if (2 * (held + 1) > fd_budget_) {
+      // Over the descriptor budget: wait for descriptors (fewer ranks, a higher limit) rather than run
+      // the daemon itself out of them. Retried every scan.
+      ++counters_.open_retries;
+      ++counters_.fd_exhaustion;
+      if (!over_budget_logged) {
+        over_budget_logged = true;
+        note_resource_error(EMFILE,
+                            "descriptor budget of " + std::to_string(fd_budget_) + " reached (" +
+                                std::to_string(held) + " segments held); not opening " + name + " now",
+                            now_ns);
+        --counters_.fd_exhaustion;  // counted above
+      }
+      continue;
+    }
+    std::string distrust_message;
+    if (std::string reason = distrust(st, shm::parse_segment_name(name)->instance, distrust_message);
+        !reason.empty()) {
+      // Judged before the hard-link check: a foreign segment renamed here (its inode still tracked under
+      // its old name) is an untrusted owner's file, not a second name.
+      reject(name, st, reason, distrust_message, now_ns);
+      continue;
+    }
+    if (const std::string* holder = inode_holder(st, name)) {
+      // Segments are identified by (device, inode): a second name (ln) would count the rank twice.
+      reject(name, st, "hard_link",
+             "a second name (hard link) for the segment already read as " + *holder + "; counted once",
+             now_ns);
+      continue;
+    }
     open_generation(name, st, now_ns);
     auto now_it = tracked_.find(name);
     if (now_it != tracked_.end() && now_it->second.current && now_it->second.current->inode() == st.st_ino) {
       ++opened;
+      ++held;
       present.insert({name, now_it->second.current->identity().generation});
     }
   }
@@ -206,6 +283,29 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
   return opened;
 }
 
+const std::string* SegmentRegistry::inode_holder(const struct stat& st, const std::string& name) const {
+  const auto same = [&](const RankSegment& s) { return s.inode() == st.st_ino && s.device() == st.st_dev; };
+  for (const auto& [other, t] : tracked_) {
+    if (other == name) continue;
+    if (t.current && same(*t.current)) return &other;
+    if (!t.current && t.retired_inode == st.st_ino && t.retired_device == st.st_dev) return &other;
+    for (const auto& p : t.previous) {
+      if (same(*p)) return &other;
+    }
+  }
+  return nullptr;
+}
+
+void SegmentRegistry::note_resource_error(int error, const std::string& what, std::uint64_t now_ns) {
+  if (error == EMFILE || error == ENFILE) ++counters_.fd_exhaustion;
+  if (!log_limiter_.allow(now_ns)) {
+    ++counters_.log_lines_suppressed;
+    return;
+  }
+  spdlog::warn("{}: {}; not a verdict on the rank, retried later (raise LimitNOFILE / ulimit -n)", what,
+               shm::errno_text(error));
+}
+
 void SegmentRegistry::sweep_temporary(const std::string& name, std::uint64_t) {
   const auto pid = shm::parse_temporary_pid(name);
   if (!pid) return;
@@ -213,7 +313,11 @@ void SegmentRegistry::sweep_temporary(const std::string& name, std::uint64_t) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
   const std::int64_t age = static_cast<std::int64_t>(shm::realtime_ns() / 1'000'000'000ull) - st.st_mtime;
-  if (age < kTemporaryMaxAgeSeconds || shm::process_start_ticks(*pid)) return;
+  // Only a creator known to be gone: a failed check (out of descriptors) keeps the file.
+  if (age < kTemporaryMaxAgeSeconds ||
+      shm::probe_process_start(*pid).status != shm::ProcessStart::Status::kGone) {
+    return;
+  }
   if (::unlink(path.c_str()) == 0) {
     ++counters_.temporaries_swept;
     spdlog::info("removed {}: left behind by pid {}, which died while creating it", name, *pid);
@@ -223,10 +327,11 @@ void SegmentRegistry::sweep_temporary(const std::string& name, std::uint64_t) {
 void SegmentRegistry::open_generation(const std::string& name, const struct stat& listed,
                                       std::uint64_t now_ns) {
   const std::string path = options_.directory + "/" + name;
+  const std::string instance = shm::parse_segment_name(name)->instance;
   std::string message;
   // Judged on lstat before anything is opened or mapped (a symlink is never followed), then again on the
   // descriptor actually opened, so a file swapped in between is caught too.
-  if (std::string reason = distrust(listed, message); !reason.empty()) {
+  if (std::string reason = distrust(listed, instance, message); !reason.empty()) {
     reject(name, listed, reason, message, now_ns);
     return;
   }
@@ -240,6 +345,13 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
     return;
   }
   if (opened.reason == shm::RejectReason::kNotReady) return;  // a writer mid-creation: next scan
+  if (opened.reason == shm::RejectReason::kOpenFailed && shm::is_transient_open_error(opened.error)) {
+    // Out of descriptors or memory says nothing about the file: not remembered as refused, so the next
+    // scan tries again even though the file looks unchanged.
+    ++counters_.open_retries;
+    note_resource_error(opened.error, "cannot open segment " + name + " now", now_ns);
+    return;
+  }
   if (opened.reason != shm::RejectReason::kNone) {
     struct stat st {};
     reject(name, lstat(path.c_str(), &st) == 0 ? st : listed,
@@ -248,17 +360,49 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   }
   struct stat held {};
   if (fstat(opened.file.fd(), &held) != 0) return;
-  if (std::string reason = distrust(held, message); !reason.empty()) {
+  if (std::string reason = distrust(held, instance, message); !reason.empty()) {
     reject(name, held, reason, message, now_ns);
     return;
   }
+  if (instance != opened.identity.instance) {
+    // Trust is per instance and judged by the name: a header claiming another instance is a renamed
+    // segment (its series would be exported under the header's instance).
+    reject(name, held, "instance_mismatch",
+           std::string("its header says instance '") + opened.identity.instance + "' but its name says '" +
+               instance + "'",
+           now_ns);
+    return;
+  }
+  {
+    // Two consumers would split the records between them: warn when another live daemon drains this
+    // segment (its pid and a recent consumer heartbeat in header group C).
+    std::uint32_t consumer = 0;
+    std::uint64_t consumer_heartbeat = 0;
+    shm::run_bus_guarded(opened.file.bytes(), opened.file.size(), [&] {
+      consumer = shm::shared(opened.file.header()->consumer_pid).load(std::memory_order_relaxed);
+      consumer_heartbeat =
+          shm::shared(opened.file.header()->consumer_heartbeat_ns).load(std::memory_order_relaxed);
+    });
+    constexpr std::uint64_t kConsumerFreshNs = 10'000'000'000ull;
+    if (consumer != 0 && consumer != static_cast<std::uint32_t>(getpid()) && consumer_heartbeat != 0 &&
+        now_ns >= consumer_heartbeat && now_ns - consumer_heartbeat < kConsumerFreshNs &&
+        shm::probe_process_start(consumer).status == shm::ProcessStart::Status::kFound &&
+        !warned_other_consumer_) {
+      warned_other_consumer_ = true;
+      spdlog::warn(
+          "segment {} is being drained by another consumer (pid {}): two rankstatd on one directory "
+          "split every ring's records between them; run one daemon per --shm.dir",
+          name, consumer);
+    }
+  }
   rejected_.erase(name);
   const RetiredTotals::GenerationKey key{name, opened.identity.generation};
-  if (retired_.holds(key)) {
+  if (retired_.holds(key) || retired_.holds_nonce(opened.identity.generation)) {
     // Folded into the retired totals before a daemon restart: counting it again would double it.
     Tracked& t = tracked_[name];
     if (t.current) t.previous.push_back(std::move(t.current));
     t.retired_inode = opened.inode;
+    t.retired_device = opened.device;
     retired_skipped_.insert(key);
     if (retired_.persistent() && shm::unlink_if_same_file(opened.file.fd(), path))
       ++counters_.segments_unlinked;
@@ -267,12 +411,14 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   const std::uint32_t pid = opened.identity.pid;
   const std::uint64_t start_ticks = opened.identity.pid_start_ticks;
   auto segment = std::make_unique<RankSegment>(name, path, std::move(opened), now_ns);
+  segment->set_max_series(options_.max_series_per_segment);
   Tracked& t = tracked_[name];
   if (t.current) {
     // A restarted rank renamed a new generation onto the name: drain what the old one still holds and
     // keep it (its totals stay in the sums until it is retired).
-    t.current->drain(now_ns);
+    drain_counted(*t.current, now_ns);
     t.current->refresh_cumulative();
+    carry_ring_totals(t, *t.current);
     ++counters_.generations_replaced;
     spdlog::info("segment {} replaced by a new generation (pid {} -> {})", name, t.current->identity().pid,
                  pid);
@@ -280,13 +426,36 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   } else {
     spdlog::info("attached segment {} (pid {})", name, pid);
   }
-  // A writer whose pid we cannot see lives in another pid namespace: judge it by its heartbeat.
-  t.pid_visible = start_ticks != 0 && shm::process_start_ticks(pid).has_value();
-  if (!t.pid_visible && start_ticks != 0 && segment->producer().closed) t.pid_visible = true;
+  // A writer that could not record its start time is judged by its heartbeat. Any other writer whose
+  // pid is gone, or names a process with another start time, died while no daemon watched it (before
+  // this daemon started, or between two daemons): DEAD at once, as `rankstat --direct` says, and retired
+  // after the grace period. A check that cannot tell (out of descriptors) leaves it LIVE for the
+  // liveness pass to decide.
+  t.pid_visible = start_ticks != 0;
   t.retired_inode = 0;
+  t.retired_device = 0;
   segment->refresh_cumulative();
   note_faults(*segment, now_ns);
   check_schema(*segment);
+  if (t.pid_visible && !segment->producer().closed) {
+    const shm::ProcessStart probe = shm::probe_process_start(pid);
+    const bool gone = probe.status == shm::ProcessStart::Status::kGone ||
+                      (probe.status == shm::ProcessStart::Status::kFound && probe.ticks != start_ticks);
+    if (probe.status == shm::ProcessStart::Status::kUnknown) {
+      ++counters_.liveness_unknown;
+      if (probe.error != 0)
+        note_resource_error(probe.error, "cannot check pid " + std::to_string(pid), now_ns);
+    }
+    if (gone) {
+      drain_counted(*segment, now_ns);
+      segment->refresh_cumulative();
+      segment->set_state(RankState::kDead, now_ns);
+      spdlog::info("segment {} (pid {}): DEAD at attach (its writer exited while no daemon watched it)", name,
+                   pid);
+    }
+  } else if (segment->producer().closed) {
+    segment->set_state(RankState::kClosed, now_ns);
+  }
   t.current = std::move(segment);
 }
 
@@ -312,7 +481,7 @@ DrainPass SegmentRegistry::drain_all(std::uint64_t now_ns) {
   DrainPass pass;
   auto drain_one = [&](RankSegment& s, const std::string&) {
     const std::uint64_t before = s.records_drained();
-    if (!s.drain(now_ns)) {
+    if (!drain_counted(s, now_ns)) {
       note_faults(s, now_ns);
       return;
     }
@@ -329,8 +498,35 @@ DrainPass SegmentRegistry::drain_all(std::uint64_t now_ns) {
   return pass;
 }
 
+bool SegmentRegistry::drain_counted(RankSegment& s, std::uint64_t now_ns) {
+  const std::uint64_t before = s.records_drained();
+  const bool ok = s.drain(now_ns);
+  counters_.records_drained += s.records_drained() - before;
+  return ok;
+}
+
+void SegmentRegistry::carry_ring_totals(Tracked& t, const RankSegment& s) {
+  const shm::ProducerState p = s.producer();
+  t.carried.records += p.records_written;
+  t.carried.dropped += p.dropped_records;
+  t.carried.sequence_gaps += s.sequence_gaps();
+  t.carried.malformed += s.malformed_records();
+}
+
+RingTotals SegmentRegistry::ring_totals(const RankSegment& s) const {
+  RingTotals out;
+  if (auto it = tracked_.find(s.name()); it != tracked_.end()) out = it->second.carried;
+  const shm::ProducerState p = s.producer();
+  out.records += p.records_written;
+  out.dropped += p.dropped_records;
+  out.sequence_gaps += s.sequence_gaps();
+  out.malformed += s.malformed_records();
+  return out;
+}
+
 RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::uint64_t now_ns,
-                            std::chrono::milliseconds stall_after) {
+                            std::chrono::milliseconds stall_after, int* check_error) {
+  if (check_error != nullptr) *check_error = 0;
   const RankState previous = segment.state();
   if (previous == RankState::kDead || previous == RankState::kClosed) return previous;  // terminal
   const shm::ProducerState p = segment.producer();
@@ -338,8 +534,18 @@ RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::u
   const shm::SegmentHeader& h = segment.identity();
   // A verified pidfd would already have reported an exit (or a reuse, which needs an exit first).
   if (pid_visible && !segment.exit_watched()) {
-    const auto ticks = shm::process_start_ticks(h.pid);
-    if (!ticks || *ticks != h.pid_start_ticks) return RankState::kDead;  // gone, or the pid was reused
+    const shm::ProcessStart probe = shm::probe_process_start(h.pid);
+    switch (probe.status) {
+      case shm::ProcessStart::Status::kGone:
+        return RankState::kDead;
+      case shm::ProcessStart::Status::kFound:
+        if (probe.ticks != h.pid_start_ticks) return RankState::kDead;  // the pid was reused
+        break;
+      case shm::ProcessStart::Status::kUnknown:
+        // Unknown is not dead: EMFILE, EACCES or a torn read say nothing about the process.
+        if (check_error != nullptr) *check_error = probe.error != 0 ? probe.error : -1;
+        return previous;
+    }
   }
   if (now_ns > p.heartbeat_ns && now_ns - p.heartbeat_ns > to_ns(stall_after)) return RankState::kStalled;
   return RankState::kLive;
@@ -353,12 +559,18 @@ int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseco
     s.check_file_size();
     note_faults(s, now_ns);
     const RankState before = s.state();
-    const RankState after = evaluate_liveness(s, pid_visible, now_ns, stall_after);
+    int check_error = 0;
+    const RankState after = evaluate_liveness(s, pid_visible, now_ns, stall_after, &check_error);
+    if (check_error != 0) {
+      ++counters_.liveness_unknown;
+      if (check_error > 0)
+        note_resource_error(check_error, "cannot check pid " + std::to_string(s.identity().pid), now_ns);
+    }
     s.apply_staleness(now_ns, kGenThroughputStaleNs);
     s.update_rate(now_ns);
     if (after == before) return;
     if (!is_live(after)) {
-      s.drain(now_ns);  // whatever the rank committed before it went away
+      drain_counted(s, now_ns);  // whatever the rank committed before it went away
       s.refresh_cumulative();
       note_faults(s, now_ns);
     }
@@ -397,9 +609,19 @@ bool SegmentRegistry::retire(RankSegment& s) {
   }
   retired_.mark_retired(key);
   ++counters_.generations_retired;
+  retired_series_over_limit_ += s.series_over_limit();
   std::string error;
   if (!retired_.save(error)) {
     spdlog::error("retired totals not persisted, keeping segment {} on disk: {}", s.name(), error);
+    return false;
+  }
+  if (s.state() == RankState::kDead && s.producer().heartbeat_ns > s.heartbeat_at_state_change()) {
+    // Written after its writer was judged gone: a writer in another pid namespace, whose pid means
+    // nothing here. Its file stays (unlinking it would cut a live engine off).
+    spdlog::warn(
+        "segment {} (pid {}) was written after its writer was judged DEAD (another pid namespace?); "
+        "retired but not removed",
+        s.name(), s.identity().pid);
     return false;
   }
   if (retired_.persistent() && shm::unlink_if_same_file(s.fd(), s.path())) {
@@ -426,7 +648,9 @@ int SegmentRegistry::retire_expired(std::uint64_t now_ns) {
     }
     if (t.current && expired(*t.current, now_ns, grace_ns)) {
       const bool unlinked = retire(*t.current);
+      carry_ring_totals(t, *t.current);
       t.retired_inode = unlinked ? 0 : t.current->inode();
+      t.retired_device = unlinked ? 0 : t.current->device();
       retired_skipped_.insert({name, t.current->identity().generation});
       t.current.reset();
       ++retired;
@@ -436,16 +660,27 @@ int SegmentRegistry::retire_expired(std::uint64_t now_ns) {
 }
 
 void SegmentRegistry::refresh_cumulative() {
+  std::uint64_t over_limit = retired_series_over_limit_;
   for (auto& [name, t] : tracked_) {
-    auto refresh = [this](RankSegment& s) {
-      if (!is_live(s.state())) return;  // final values were read when it died
-      s.refresh_cumulative();
-      note_faults(s, shm::monotonic_ns());
-      check_schema(s);
+    auto refresh = [&](RankSegment& s) {
+      if (is_live(s.state())) {  // else the final values were read when it died
+        const std::uint64_t before = s.series_over_limit();
+        s.refresh_cumulative();
+        note_faults(s, shm::monotonic_ns());
+        check_schema(s);
+        if (before == 0 && s.series_over_limit() != 0) {
+          spdlog::warn(
+              "segment {} (pid {}) declares more than {} series (--shm.max-series-per-segment); the "
+              "rest are dropped and counted",
+              s.name(), s.identity().pid, options_.max_series_per_segment);
+        }
+      }
+      over_limit += s.series_over_limit();
     };
     if (t.current) refresh(*t.current);
     for (auto& p : t.previous) refresh(*p);
   }
+  counters_.series_over_limit = over_limit;
 }
 
 std::vector<const RankSegment*> SegmentRegistry::generations() const {

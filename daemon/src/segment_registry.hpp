@@ -41,6 +41,24 @@ struct RegistryCounters {
   std::uint64_t rejected_not_regular = 0;
   std::uint64_t rejected_world_writable = 0;
   std::uint64_t rejected_unexpected_owner = 0;
+  // A second name for an inode the daemon already reads (a hard link): counting it would double the rank.
+  std::uint64_t rejected_hard_link = 0;
+  // Refused because the header's instance is not the one its file name claims (a renamed segment).
+  std::uint64_t rejected_instance_mismatch = 0;
+  // Generations dropped from the exposition because their file's mode or owner changed after they were
+  // opened (re-checked on every scan); also counted under their reason above.
+  std::uint64_t dropped_untrusted = 0;
+  // Descriptor pressure: EMFILE / ENFILE seen by a liveness check, a segment open or a directory listing.
+  // Such a failure is never a verdict: the rank keeps its state and the segment is retried.
+  std::uint64_t fd_exhaustion = 0;
+  // Liveness checks that could not tell (any /proc error but "no such process"): the state was kept.
+  std::uint64_t liveness_unknown = 0;
+  // Segment opens that failed for a transient reason (EMFILE, ENFILE, ENOMEM) and are retried next scan.
+  std::uint64_t open_retries = 0;
+  // Series left out because a segment declared more than --shm.max-series-per-segment.
+  std::uint64_t series_over_limit = 0;
+  // Every record applied from any ring, including the last drain of a generation that died or closed.
+  std::uint64_t records_drained = 0;
   // Quarantined after it was opened: its last good values stay, its memory or ring is no longer read.
   std::uint64_t quarantined_ring_index = 0;
   std::uint64_t quarantined_ring_record = 0;
@@ -66,6 +84,25 @@ struct RegistryOptions {
   std::vector<std::uint32_t> allowed_uids;
   bool any_owner = false;
   bool allow_world_writable = false;
+  // Instance -> the only owners (besides root) whose segments may carry that instance
+  // (--shm.instance-owner). An instance listed here is closed to everyone else, allowed_uids included.
+  std::map<std::string, std::vector<std::uint32_t>> instance_owners;
+  // Series read per generation at most; the rest are dropped and counted (one rank cannot make the
+  // daemon allocate without bound).
+  std::uint32_t max_series_per_segment = 100000;
+  // Descriptors the registry may hold, two per generation (its segment and the daemon's pidfd for its
+  // writer); 0: the soft RLIMIT_NOFILE minus a reserve for HTTP connections and /proc checks. Segments
+  // beyond it wait (counted as fd pressure, retried every scan) instead of starving the rest.
+  std::uint64_t fd_budget = 0;
+};
+
+// A rank's ring counters carried over the generations that left its name (rankstat_ring_*_total never
+// reset when a writer restarts under the same name, as long as the daemon runs).
+struct RingTotals {
+  std::uint64_t records = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t sequence_gaps = 0;
+  std::uint64_t malformed = 0;
 };
 
 class SegmentRegistry {
@@ -86,8 +123,10 @@ class SegmentRegistry {
   void refresh_cumulative();
   void set_instances(std::vector<std::string> instances) { options_.instances = std::move(instances); }
   void set_dead_grace(std::chrono::milliseconds grace) { options_.dead_grace = grace; }
+  void set_max_series_per_segment(std::uint32_t limit) { options_.max_series_per_segment = limit; }
   // New trust settings apply to segments opened from now on (and to rejected ones at the next scan).
-  void set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner, bool allow_world_writable);
+  void set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner, bool allow_world_writable,
+                 std::map<std::string, std::vector<std::uint32_t>> instance_owners = {});
 
   // Every generation the daemon holds, current ones first, in segment-name order.
   std::vector<const RankSegment*> generations() const;
@@ -99,6 +138,8 @@ class SegmentRegistry {
   // writer; see RankSegment::exit_watched.
   void set_exit_watched(const std::string& name, std::uint64_t generation, bool watched);
   bool heartbeat_only(const RankSegment& segment) const;
+  // The ring counters of `segment`'s name: those of its earlier generations plus its own.
+  RingTotals ring_totals(const RankSegment& segment) const;
   const RegistryCounters& counters() const { return counters_; }
   const std::string& directory() const { return options_.directory; }
   bool scanned_once() const { return counters_.scans > 0; }
@@ -110,6 +151,8 @@ class SegmentRegistry {
     std::vector<std::unique_ptr<RankSegment>> previous;
     bool pid_visible = true;          // false: the writer lives in another pid namespace; judge by heartbeat
     std::uint64_t retired_inode = 0;  // a retired generation whose file could not be unlinked
+    std::uint64_t retired_device = 0;
+    RingTotals carried;  // ring counters of generations that left this name
   };
   // A refused file, remembered with what was refused: it is looked at again only when its inode, owner,
   // mode, size or ctime change, and counted and logged again only when the inode or reason change.
@@ -128,7 +171,8 @@ class SegmentRegistry {
 
   bool wanted(const std::string& instance) const;
   // Empty if `st` may be opened; else the reject reason, with a message.
-  std::string distrust(const struct stat& st, std::string& message) const;
+  // `instance`: the one the file name claims, for --shm.instance-owner.
+  std::string distrust(const struct stat& st, const std::string& instance, std::string& message) const;
   void reject(const std::string& name, const struct stat& st, const std::string& reason,
               const std::string& message, std::uint64_t now_ns);
   // Counts and logs (once per generation, rate-limited) a ring or memory fault found since the last call.
@@ -137,6 +181,14 @@ class SegmentRegistry {
   void sweep_temporary(const std::string& name, std::uint64_t now_ns);
   void check_schema(RankSegment& segment);
   bool retire(RankSegment& segment);
+  // Drains one generation and adds what it applied to counters_.records_drained.
+  bool drain_counted(RankSegment& segment, std::uint64_t now_ns);
+  // Adds a generation leaving its name (replaced or retired) to the name's carried ring totals.
+  void carry_ring_totals(Tracked& tracked, const RankSegment& segment);
+  // The name already tracking the inode `st` names under another name, or nullptr.
+  const std::string* inode_holder(const struct stat& st, const std::string& name) const;
+  // Counts and logs (rate-limited) a descriptor or memory shortage met while doing `what`.
+  void note_resource_error(int error, const std::string& what, std::uint64_t now_ns);
 
   RegistryOptions options_;
   RetiredTotals& retired_;
@@ -149,10 +201,15 @@ class SegmentRegistry {
   // Generations found on disk that the retired totals already hold (skipped, never counted twice).
   std::set<RetiredTotals::GenerationKey> retired_skipped_;
   bool pruned_retired_generations_ = false;
+  bool warned_other_consumer_ = false;
+  std::uint64_t fd_budget_ = 0;
+  std::uint64_t retired_series_over_limit_ = 0;
 };
 
 // The state a generation is in now, from its producer fields and its process.
+// A /proc check that fails for another reason than "no such process" (EMFILE, EACCES...) is not a
+// verdict: the previous state is kept and the errno is stored in `*check_error` (0 when the check worked).
 RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::uint64_t now_ns,
-                            std::chrono::milliseconds stall_after);
+                            std::chrono::milliseconds stall_after, int* check_error = nullptr);
 
 }  // namespace rankstat

@@ -35,11 +35,6 @@ SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>())
                           .Help("Uncompressed size of the last metrics response.")
                           .Register(*registry_)
                           .Add({});
-  records_drained_ = &BuildCounter()
-                          .Name("rankstat_records_drained_total")
-                          .Help("Records drained from all rank rings.")
-                          .Register(*registry_)
-                          .Add({});
   conflicts_ = &BuildGauge()
                     .Name("rankstat_scrape_family_conflicts")
                     .Help("Samples the last scrape skipped because ranks disagreed on a family's buckets.")
@@ -51,6 +46,20 @@ SelfMetrics::SelfMetrics() : registry_(std::make_shared<prometheus::Registry>())
            .Help("Samples the last scrape skipped because two engine instances had the same labels.")
            .Register(*registry_)
            .Add({});
+  unexposable_ = &BuildGauge()
+                      .Name("rankstat_scrape_unexposable_samples")
+                      .Help(
+                          "Samples the last scrape skipped because their labels cannot be written correctly "
+                          "(invalid UTF-8, a reserved or repeated label name).")
+                      .Register(*registry_)
+                      .Add({});
+  shadowed_ = &BuildGauge()
+                   .Name("rankstat_scrape_shadowed_constant_labels")
+                   .Help(
+                       "Series of the last scrape that carry their own label named like a constant label "
+                       "(--label.NAME): they keep their own value and go without the constant one.")
+                   .Register(*registry_)
+                   .Add({});
   poll_interval_ = &BuildGauge()
                         .Name("rankstat_poll_interval_seconds")
                         .Help(
@@ -113,6 +122,39 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
   add_sample(rejected, {{"reason", "not_regular_file"}}, static_cast<double>(c.rejected_not_regular));
   add_sample(rejected, {{"reason", "world_writable"}}, static_cast<double>(c.rejected_world_writable));
   add_sample(rejected, {{"reason", "unexpected_owner"}}, static_cast<double>(c.rejected_unexpected_owner));
+  add_sample(rejected, {{"reason", "hard_link"}}, static_cast<double>(c.rejected_hard_link));
+  add_sample(rejected, {{"reason", "instance_mismatch"}}, static_cast<double>(c.rejected_instance_mismatch));
+  // Segment-side families of issue 12 (fd pressure, trust re-checks, limits); pushed after the fixed ones.
+  std::vector<prometheus::MetricFamily> segment_side;
+  auto counter = [&](const char* name, const char* help, std::uint64_t value) {
+    auto f = make_family(name, help, MetricType::Counter);
+    add_sample(f, {}, static_cast<double>(value));
+    segment_side.push_back(std::move(f));
+  };
+  counter("rankstat_records_drained_total",
+          "Records drained from all rank rings, including the last drain of a rank that died or closed.",
+          c.records_drained);
+  counter("rankstat_segments_dropped_untrusted_total",
+          "Segment generations dropped from the exposition because their file's mode or owner changed after "
+          "they were opened (re-checked on every scan).",
+          c.dropped_untrusted);
+  counter("rankstat_fd_exhaustion_total",
+          "EMFILE/ENFILE met by a liveness check, segment open or directory listing (never a verdict on a "
+          "rank: it keeps its state, the open is retried).",
+          c.fd_exhaustion);
+  counter("rankstat_liveness_checks_unknown_total",
+          "Liveness checks that could not tell whether the writer lives (the rank kept its previous state).",
+          c.liveness_unknown);
+  counter("rankstat_segment_open_retries_total",
+          "Segment opens that failed for lack of descriptors or memory and are retried at the next scan.",
+          c.open_retries);
+  counter("rankstat_series_over_limit_total",
+          "Series left out because a segment declared more than --shm.max-series-per-segment.",
+          c.series_over_limit);
+  counter("rankstat_state_entries_dropped_total",
+          "Entries of the --state.dir state file dropped when loaded because they were invalid (never "
+          "served).",
+          registry.retired().invalid_entries());
   auto quarantined =
       make_family("rankstat_segments_quarantined_total",
                   "Segment generations whose memory or ring is no longer read (last good values kept), "
@@ -157,6 +199,24 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
   auto http_active =
       make_family("rankstat_http_active_connections", "Open HTTP connections.", MetricType::Gauge);
   add_sample(http_active, {}, static_cast<double>(http.active_connections));
+  auto http_evicted = make_family("rankstat_http_connections_evicted_total",
+                                  "Connections closed at the connection limit to admit a new one, by what "
+                                  "they were doing.",
+                                  MetricType::Counter);
+  add_sample(http_evicted, {{"reason", "idle"}}, static_cast<double>(http.connections_evicted_idle_total));
+  add_sample(http_evicted, {{"reason", "reading_headers"}},
+             static_cast<double>(http.connections_evicted_reading_headers_total));
+  add_sample(http_evicted, {{"reason", "reading_body"}},
+             static_cast<double>(http.connections_evicted_reading_body_total));
+  auto http_per_peer = make_family(
+      "rankstat_http_connections_refused_per_peer_total",
+      "Connections refused because their address held --web.max-connections-per-peer.", MetricType::Counter);
+  add_sample(http_per_peer, {}, static_cast<double>(http.connections_refused_per_peer_total));
+  auto http_header_timeouts = make_family("rankstat_http_header_timeouts_total",
+                                          "Connections closed because request headers were incomplete at "
+                                          "--web.header-timeout.",
+                                          MetricType::Counter);
+  add_sample(http_header_timeouts, {}, static_cast<double>(http.header_timeouts_total));
 
   auto segments =
       make_family("rankstat_segments", "Current segment generations by liveness state.", MetricType::Gauge);
@@ -196,14 +256,19 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     }
     const double age = now_ns > p.heartbeat_ns ? static_cast<double>(now_ns - p.heartbeat_ns) / 1e9 : 0;
     add_sample(heartbeat, labels, age);
-    add_sample(records, labels, static_cast<double>(p.records_written));
-    add_sample(dropped, labels, static_cast<double>(p.dropped_records));
+    // Carried over the rank's earlier generations: a writer restarting under the same name never
+    // resets these counters.
+    const RingTotals totals = registry.ring_totals(*s);
+    add_sample(records, labels, static_cast<double>(totals.records));
+    add_sample(dropped, labels, static_cast<double>(totals.dropped));
     add_sample(fill, labels, s->ring_fill_ratio());
-    add_sample(gaps, labels, static_cast<double>(s->sequence_gaps()));
-    add_sample(malformed, labels, static_cast<double>(s->malformed_records()));
+    add_sample(gaps, labels, static_cast<double>(totals.sequence_gaps));
+    add_sample(malformed, labels, static_cast<double>(totals.malformed));
     Labels info_labels = labels;
     info_labels.push_back({"pid", std::to_string(h.pid)});
-    info_labels.push_back({"model_name", h.model_name});
+    // The header's bytes are the rank's to choose: never let them make the exposition invalid.
+    info_labels.push_back({"model_name", shm::is_valid_utf8(h.model_name) ? std::string(h.model_name)
+                                                                          : std::string("<invalid UTF-8>")});
     info_labels.push_back({"layout", shm::layout_version_text(h)});
     add_sample(info, info_labels, 1);
   }
@@ -211,12 +276,32 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(segments, {{"state", std::string(rank_state_name(static_cast<RankState>(i)))}},
                by_state[static_cast<std::size_t>(i)]);
   }
-  for (auto* f :
-       {&rejected, &quarantined, &suppressed, &lifecycle, &retired_series, &http_requests, &http_rejected,
-        &http_bad, &http_active, &segments,   &up,        &heartbeat_only, &state,         &heartbeat,
-        &records,  &dropped,     &fill,       &gaps,      &malformed,      &info}) {
+  for (auto* f : {&rejected,
+                  &quarantined,
+                  &suppressed,
+                  &lifecycle,
+                  &retired_series,
+                  &http_requests,
+                  &http_rejected,
+                  &http_bad,
+                  &http_active,
+                  &http_evicted,
+                  &http_per_peer,
+                  &http_header_timeouts,
+                  &segments,
+                  &up,
+                  &heartbeat_only,
+                  &state,
+                  &heartbeat,
+                  &records,
+                  &dropped,
+                  &fill,
+                  &gaps,
+                  &malformed,
+                  &info}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
+  for (auto& f : segment_side) out.push_back(std::move(f));
   return out;
 }
 

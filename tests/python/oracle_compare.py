@@ -12,6 +12,8 @@ from typing import Dict, List, Tuple
 
 from daemon_harness import Child, Daemon, TempDir, promtool_findings, wait_until
 
+# rankstatd's own metrics (rankstat_*, and process_* as every exporter serves them) are not the engine's.
+DAEMON_OWN_PREFIXES = ("rankstat_", "process_")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 HOLD_SECONDS = 20
 
@@ -40,7 +42,7 @@ def parse_families(text: str) -> Families:
             out.setdefault("<before any family>", {"help": None, "type": None, "samples": []})["samples"].append(line)
     for family in out.values():
         family["samples"] = sorted(family["samples"])
-    return {name: f for name, f in out.items() if not name.startswith("rankstat_")}
+    return {name: f for name, f in out.items() if not name.startswith(DAEMON_OWN_PREFIXES)}
 
 
 def family_diff(name: str, ref: Dict[str, object], mine: Dict[str, object]) -> str:
@@ -117,7 +119,7 @@ class EngineOracleCase(unittest.TestCase):
         def settled():
             text = daemon.scrape()
             stable = text == box["last"] and any(
-                not line.startswith(("#", "rankstat_")) for line in text.splitlines() if line)
+                not line.startswith(("#",) + DAEMON_OWN_PREFIXES) for line in text.splitlines() if line)
             box["last"] = text
             return stable
         wait_until(settled, 15, interval=0.5)

@@ -74,6 +74,26 @@ class Segments(unittest.TestCase):
         self.assertFalse(r.is_open)
         r.counter("late_total").inc()  # a closed reporter ignores updates
 
+    def test_shm_dir_places_only_this_segment_and_leaves_the_environment_alone(self):
+        elsewhere = shm_tempdir()
+        self.addCleanup(shutil.rmtree, elsewhere, True)
+        before = os.environ.get("RANKSTAT_SHM_DIR")
+        os.environ["RANKSTAT_SHM_DIR"] = elsewhere
+        try:
+            with rankstat.Reporter(role="other", instance="pytest-dir", rank_key="given", shm_dir=self.dir,
+                                   strict=True):
+                self.assertEqual(os.environ["RANKSTAT_SHM_DIR"], elsewhere)
+                # A reporter without shm_dir still follows the environment.
+                with rankstat.Reporter(role="other", instance="pytest-dir", rank_key="env", strict=True):
+                    self.assertEqual(os.listdir(self.dir), ["rankstat.pytest-dir.other.given"])
+                    self.assertEqual(os.listdir(elsewhere), ["rankstat.pytest-dir.other.env"])
+        finally:
+            if before is None:
+                os.environ.pop("RANKSTAT_SHM_DIR", None)
+            else:
+                os.environ["RANKSTAT_SHM_DIR"] = before
+        self.assertEqual(os.environ.get("RANKSTAT_SHM_DIR"), before)
+
     def test_a_bad_instance_name_is_reported_not_raised_unless_strict(self):
         with self.assertLogs("rankstat", "WARNING"):
             r = rankstat.Reporter(role="tokenizer", instance="bad name", shm_dir=self.dir)

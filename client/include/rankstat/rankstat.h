@@ -89,17 +89,21 @@ void rankstat_identity_init(rankstat_identity* identity);
 int rankstat_open(const rankstat_identity* identity, const rankstat_geometry* geometry,
                   rankstat_reporter** out);
 
-/* Segment permissions for rankstat_open_ex; zero or NULL fields take the defaults. Set struct_size to
- * sizeof(rankstat_permissions). */
+/* Where and how rankstat_open_ex creates the segment file; zero or NULL fields take the defaults. Set
+ * struct_size to sizeof(rankstat_permissions). Fields are only ever appended: a caller built against an
+ * older header passes a smaller struct_size and the fields it does not have take their defaults. */
 typedef struct rankstat_permissions {
   uint32_t struct_size;
   uint32_t mode;     /* 0660 (default: the daemon's group may write), 0640 or 0600; never world-writable */
   const char* group; /* group name or numeric gid; NULL: $RANKSTAT_SHM_GROUP, else the process's group */
+  /* Appended after mode and group: the directory of this one segment; NULL or "": $RANKSTAT_SHM_DIR, else /dev/shm. Lets a
+   * process put reporters in different directories without changing its environment. */
+  const char* shm_dir;
 } rankstat_permissions;
 
-/* rankstat_open with explicit segment permissions; `permissions` may be NULL (the defaults). A mode that
- * lets others write, or a group the process cannot use, is RANKSTAT_ERR_INVALID_ARGUMENT or
- * RANKSTAT_ERR_PERMISSION. */
+/* rankstat_open with explicit segment permissions and directory; `permissions` may be NULL (the
+ * defaults). A mode that lets others write, or a group the process cannot use, is
+ * RANKSTAT_ERR_INVALID_ARGUMENT or RANKSTAT_ERR_PERMISSION. */
 int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry* geometry,
                      const rankstat_permissions* permissions, rankstat_reporter** out);
 

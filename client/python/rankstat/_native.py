@@ -153,6 +153,16 @@ class Geometry(ctypes.Structure):
     ]
 
 
+class Permissions(ctypes.Structure):
+    """rankstat_permissions: where and how the segment file is created (rankstat_open_ex)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("mode", ctypes.c_uint32),
+        ("group", ctypes.c_char_p),
+        ("shm_dir", ctypes.c_char_p),
+    ]
+
+
 class SeriesSpec(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -198,6 +208,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     protos = {
         "rankstat_identity_init": (None, [ctypes.POINTER(Identity)]),
         "rankstat_open": (c_int, [ctypes.POINTER(Identity), ctypes.POINTER(Geometry), ctypes.POINTER(c_void_p)]),
+        "rankstat_open_ex": (c_int, [ctypes.POINTER(Identity), ctypes.POINTER(Geometry), ctypes.POINTER(Permissions),
+                                     ctypes.POINTER(c_void_p)]),
         "rankstat_close": (None, [c_void_p]),
         "rankstat_last_error": (ctypes.c_char_p, []),
         "rankstat_report_scheduler": (c_int, [c_void_p, c_void_p, c_uint32, c_void_p, c_uint32]),

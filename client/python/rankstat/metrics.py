@@ -493,7 +493,21 @@ class Gauge(_Metric):
         return self._only()._value
 
 
-class Histogram(_Metric):
+class _Distribution(_Metric):
+    """What histograms and summaries share: observations, the timer, the sum."""
+
+    def observe(self, amount: float, exemplar: Optional[Dict[str, str]] = None) -> None:
+        self._only().observe(amount)
+
+    def time(self):
+        return _Timer(lambda seconds: self.observe(seconds))
+
+    @property
+    def _sum(self):
+        return self._only()._sum
+
+
+class Histogram(_Distribution):
     _type = "histogram"
     _kind = KIND_HISTOGRAM
     _reserved_labelnames = ("le",)
@@ -521,36 +535,16 @@ class Histogram(_Metric):
     def _init_child(self, child) -> None:
         child._upper_bounds = list(self._upper_bounds)
 
-    def observe(self, amount: float, exemplar: Optional[Dict[str, str]] = None) -> None:
-        self._only().observe(amount)
-
-    def time(self):
-        return _Timer(lambda seconds: self.observe(seconds))
-
     @property
     def _buckets(self):
         return self._only()._buckets
 
-    @property
-    def _sum(self):
-        return self._only()._sum
 
-
-class Summary(_Metric):
+class Summary(_Distribution):
     _type = "summary"
     _kind = KIND_SUMMARY
     _reserved_labelnames = ("quantile",)
     _child_class = SummaryChild
-
-    def observe(self, amount: float) -> None:
-        self._only().observe(amount)
-
-    def time(self):
-        return _Timer(lambda seconds: self.observe(seconds))
-
-    @property
-    def _sum(self):
-        return self._only()._sum
 
     @property
     def _count(self):

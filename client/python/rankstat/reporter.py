@@ -57,7 +57,8 @@ def _label_arrays(labels: Sequence[Tuple[str, str]]):
 
 
 class Reporter:
-    """One rank's segment: rankstat.<instance>.<role>.<rank-key> in $RANKSTAT_SHM_DIR (or /dev/shm).
+    """One rank's segment: rankstat.<instance>.<role>.<rank-key> in `shm_dir`, else $RANKSTAT_SHM_DIR, else
+    /dev/shm (`shm_dir` applies to this segment only; the environment is never changed).
 
     Single writer: updates are serialized by an internal lock, so threads of one rank may share it.
     `strict=True` raises RankstatError when the segment cannot be created; otherwise the failure is logged
@@ -91,8 +92,6 @@ class Reporter:
             return
         if role not in n.ROLES:
             raise ValueError(f"role must be one of {sorted(n.ROLES)}, not {role!r}")
-        if shm_dir:
-            os.environ["RANKSTAT_SHM_DIR"] = shm_dir
         identity = n.Identity()
         self._lib.rankstat_identity_init(ctypes.byref(identity))
         keep = []  # the C side copies every string during rankstat_open; keep ours alive until then
@@ -128,7 +127,11 @@ class Reporter:
         geometry = n.Geometry(ctypes.sizeof(n.Geometry), series_capacity, ring_bytes, bounds_capacity,
                               values_capacity)
         out = ctypes.c_void_p()
-        rc = self._lib.rankstat_open(ctypes.byref(identity), ctypes.byref(geometry), ctypes.byref(out))
+        # The directory travels with this one call: the process's environment (other reporters, the
+        # metric classes' segment, child processes) is left as it is.
+        permissions = n.Permissions(ctypes.sizeof(n.Permissions), 0, None, text(shm_dir or None))
+        rc = self._lib.rankstat_open_ex(ctypes.byref(identity), ctypes.byref(geometry), ctypes.byref(permissions),
+                                        ctypes.byref(out))
         if rc != n.OK:
             self.error = f"rankstat_open: {n.ERROR_NAMES.get(rc, rc)}: {n.last_error(self._lib)}"
             if strict:

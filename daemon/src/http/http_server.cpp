@@ -24,6 +24,7 @@
 #include <charconv>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <unordered_set>
@@ -236,17 +237,34 @@ std::string_view loggable(std::string_view text) {
   return text.substr(0, kMaxLoggedChars);
 }
 
-// Sent with a non-blocking write to connections beyond max_connections: a fresh socket's send
-// buffer is empty, so this never blocks and needs no per-connection state.
+std::string refusal_response(std::string_view body) {
+  return "HTTP/1.1 503 Service Unavailable\r\nServer: rankstatd\r\n"
+         "Content-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\nConnection: close\r\n"
+         "Content-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
+}
+
+// Sent with a non-blocking write to refused connections: a fresh socket's send buffer is empty, so
+// this never blocks and needs no per-connection state.
 const std::string& overload_response() {
-  static const std::string response = [] {
-    const std::string body = "too many open connections\n";
-    return "HTTP/1.1 503 Service Unavailable\r\nServer: rankstatd\r\n"
-           "Content-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\nConnection: close\r\n"
-           "Content-Length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + body;
-  }();
+  static const std::string response = refusal_response("too many open connections\n");
   return response;
+}
+const std::string& peer_limit_response() {
+  static const std::string response = refusal_response("too many open connections from your address\n");
+  return response;
+}
+
+// The address that max_connections_per_peer counts against. An IPv4 client of a dual-stack listener
+// arrives IPv4-mapped and counts as its IPv4 address; an IPv6 client counts as its /64, since anyone
+// with one IPv6 address usually has the whole /64 to pick from.
+asio::ip::address peer_of(const asio::ip::address& address) {
+  if (!address.is_v6()) return address;
+  const asio::ip::address_v6 v6 = address.to_v6();
+  if (v6.is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, v6);
+  asio::ip::address_v6::bytes_type bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes);
 }
 
 // A list-valued field may arrive split over several header lines; RFC 9110 defines them as one
@@ -309,28 +327,46 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   bool torn_down() const { return torn_down_; }
   const tcp::endpoint& bound_endpoint() const { return bound_endpoint_; }
 
-  void add_session(Session* session) {
+  void add_session(Session* session, const asio::ip::address& peer) {
     sessions_.insert(session);
+    ++connections_per_peer_[peer];
     active_connections_.store(sessions_.size(), std::memory_order_relaxed);
   }
-  void remove_session(Session* session) {
-    sessions_.erase(session);
+  // Idempotent: an evicted session leaves at eviction and again (a no-op) when it is destroyed.
+  void remove_session(Session* session, const asio::ip::address& peer) {
+    if (sessions_.erase(session) == 0) return;
+    const auto count = connections_per_peer_.find(peer);
+    if (count != connections_per_peer_.end() && --count->second == 0) connections_per_peer_.erase(count);
     active_connections_.store(sessions_.size(), std::memory_order_relaxed);
   }
 
   void count_request() { requests_total_.fetch_add(1, std::memory_order_relaxed); }
   void count_bad_request() { bad_requests_total_.fetch_add(1, std::memory_order_relaxed); }
+  void count_header_timeout() { header_timeouts_total_.fetch_add(1, std::memory_order_relaxed); }
 
   // Relaxed: the counters are independent monotonic statistics, not synchronisation.
   std::atomic<std::uint64_t> requests_total_{0};
   std::atomic<std::uint64_t> connections_rejected_total_{0};
+  std::atomic<std::uint64_t> connections_refused_per_peer_total_{0};
+  std::atomic<std::uint64_t> evicted_idle_total_{0};
+  std::atomic<std::uint64_t> evicted_reading_headers_total_{0};
+  std::atomic<std::uint64_t> evicted_reading_body_total_{0};
+  std::atomic<std::uint64_t> header_timeouts_total_{0};
   std::atomic<std::uint64_t> active_connections_{0};
   std::atomic<std::uint64_t> bad_requests_total_{0};
 
  private:
   void accept_next();
   void on_accept(const error_code& ec, tcp::socket socket);
-  void reject(tcp::socket& socket);
+  void refuse(tcp::socket& socket, const std::string& response);
+  bool peer_at_limit(const asio::ip::address& peer) const {
+    if (options_.max_connections_per_peer == 0) return false;
+    const auto count = connections_per_peer_.find(peer);
+    return count != connections_per_peer_.end() && count->second >= options_.max_connections_per_peer;
+  }
+  // Closes the connection least worth keeping to make room for a newcomer; false if every connection
+  // is handling or writing a response.
+  bool evict_one();
   std::vector<Session*> session_snapshot() const { return {sessions_.begin(), sessions_.end()}; }
 
   ServerOptions options_;
@@ -343,6 +379,7 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   bool torn_down_ = false;
   // Non-owning: each session registers itself for its lifetime so that stop() can reach it.
   std::unordered_set<Session*> sessions_;
+  std::map<asio::ip::address, std::size_t> connections_per_peer_;  // peer_of() -> open sessions
 };
 
 }  // namespace detail
@@ -355,21 +392,53 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket)
+  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket, asio::ip::address peer)
       : server_(std::move(server)),
         stream_(std::move(socket)),
         buffer_(read_buffer_limit(server_->options())),
-        read_chunk_bytes_(std::min(kMaxReadChunkBytes, buffer_.max_size())) {
-    server_->add_session(this);
+        read_chunk_bytes_(std::min(kMaxReadChunkBytes, buffer_.max_size())),
+        peer_(std::move(peer)) {
+    server_->add_session(this, peer_);
   }
-  ~Session() { server_->remove_session(this); }
+  ~Session() { server_->remove_session(this, peer_); }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   void start() {
-    // The first request's deadline runs from accept, so a silent connection is cut off too.
-    stream_.expires_after(server_->options().read_timeout);
+    // The first request's deadlines run from accept, so a silent connection is cut off too.
+    phase_since_ = std::chrono::steady_clock::now();
+    stream_.expires_at(header_deadline(phase_since_));
     await_request();
+  }
+
+  // What evicting this connection would cost, lower first: 0 finished (lingering after its last
+  // response), 1 idle between requests, 2 still reading request headers, 3 reading a request body;
+  // nullopt while handling or writing a response, which is never interrupted.
+  std::optional<int> eviction_rank() const {
+    switch (phase_) {
+      case Phase::lingering:
+        return 0;
+      case Phase::awaiting_request:
+        return 1;
+      case Phase::reading_header:
+        return 2;
+      case Phase::reading_body:
+        return 3;
+      case Phase::handling:
+      case Phase::writing:
+        return std::nullopt;
+    }
+    return std::nullopt;
+  }
+  // When the current phase began: among equally ranked connections, the one idle longest or reading
+  // its request longest (the slowest) goes first.
+  std::chrono::steady_clock::time_point phase_since() const { return phase_since_; }
+
+  // Closes at once and leaves the server's accounting now, so that the slot is free for the newcomer
+  // before the aborted operations complete.
+  void evict() {
+    stream_.close();
+    server_->remove_session(this, peer_);
   }
 
   void on_server_stop() {
@@ -381,7 +450,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void force_close() { stream_.close(); }
 
  private:
-  enum class Phase { awaiting_request, receiving_request, handling, writing, lingering };
+  enum class Phase { awaiting_request, reading_header, reading_body, handling, writing, lingering };
+
+  std::chrono::steady_clock::time_point header_deadline(std::chrono::steady_clock::time_point started) const {
+    const ServerOptions& options = server_->options();
+    return started + std::min(options.header_timeout, options.read_timeout);
+  }
 
   static std::size_t read_buffer_limit(const ServerOptions& options) {
     const std::uint64_t headroom = std::uint64_t{options.max_header_bytes} + kReadBufferSlackBytes;
@@ -391,15 +465,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Waits for the first byte of the next request under the idle timeout, so that the (shorter)
-  // whole-request deadline only starts once the client actually sends something.
+  // header and whole-request deadlines only start once the client actually sends something.
   void await_request() {
     if (buffer_.size() > 0) {  // a pipelined request is already buffered
-      stream_.expires_after(server_->options().read_timeout);
       read_request();
       return;
     }
     phase_ = Phase::awaiting_request;
-    if (!first_request_) stream_.expires_after(server_->options().idle_keepalive_timeout);
+    if (!first_request_) {
+      phase_since_ = std::chrono::steady_clock::now();
+      stream_.expires_after(server_->options().idle_keepalive_timeout);
+    }
     stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
                             [self = shared_from_this()](const error_code& ec, std::size_t bytes_read) {
                               self->on_request_started(ec, bytes_read);
@@ -407,24 +483,53 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_request_started(const error_code& ec, std::size_t bytes_read) {
+    // A connection's first request runs under the header deadline from accept: a silent client counts.
+    if (ec == beast::error::timeout && first_request_) server_->count_header_timeout();
     if (ec || server_->stopping()) {  // peer closed, idle timeout, or server stopping
       stream_.close();
       return;
     }
     buffer_.commit(bytes_read);
-    if (!first_request_) stream_.expires_after(server_->options().read_timeout);
     read_request();
   }
 
+  // Headers first, under the header deadline; then the body, if any, under what is left of the
+  // whole-request deadline. Both run from the request's first byte (from accept for the first request).
   void read_request() {
-    phase_ = Phase::receiving_request;
+    const auto started = first_request_ ? phase_since_ : std::chrono::steady_clock::now();
     first_request_ = false;
+    request_deadline_ = started + server_->options().read_timeout;
+    stream_.expires_at(header_deadline(started));
+    phase_ = Phase::reading_header;
+    phase_since_ = started;
     parser_.emplace();
     parser_->header_limit(server_->options().max_header_bytes);
     parser_->body_limit(server_->options().max_body_bytes);
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](const error_code& ec, std::size_t /*bytes_read*/) {
+                               self->on_header(ec);
+                             });
+  }
+
+  void on_header(const error_code& ec) {
+    if (ec) {
+      if (ec == beast::error::timeout) {
+        server_->count_header_timeout();
+        spdlog::debug("HTTP connection closed: request headers incomplete after the header timeout");
+      }
+      on_read_failure(ec);
+      return;
+    }
+    if (parser_->is_done()) {
+      on_request(ec);
+      return;
+    }
+    phase_ = Phase::reading_body;
+    phase_since_ = std::chrono::steady_clock::now();
+    stream_.expires_at(request_deadline_);
     bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](const error_code& ec, std::size_t /*bytes_read*/) {
-                        self->on_request(ec);
+                      [self = shared_from_this()](const error_code& read_error, std::size_t /*bytes_read*/) {
+                        self->on_request(read_error);
                       });
   }
 
@@ -633,8 +738,11 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string owned_body_;
   std::shared_ptr<const std::string> shared_body_;
   Phase phase_ = Phase::awaiting_request;
+  std::chrono::steady_clock::time_point phase_since_;
+  std::chrono::steady_clock::time_point request_deadline_;
   bool first_request_ = true;
   std::size_t lingered_bytes_ = 0;
+  asio::ip::address peer_;  // peer_of() the remote address: what max_connections_per_peer counts
 };
 
 }  // namespace
@@ -659,22 +767,54 @@ void detail::ServerCore::on_accept(const error_code& ec, tcp::socket socket) {
     });
     return;
   }
-  if (sessions_.size() >= options_.max_connections) {
-    reject(socket);
+  error_code endpoint_error;
+  const tcp::endpoint remote = socket.remote_endpoint(endpoint_error);
+  if (endpoint_error) {  // already reset by the peer
+    error_code ignored;
+    socket.close(ignored);
+  } else if (const asio::ip::address peer = peer_of(remote.address()); peer_at_limit(peer)) {
+    connections_refused_per_peer_total_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::debug("HTTP connection from {} refused: its address already holds {} connections",
+                  remote.address().to_string(), options_.max_connections_per_peer);
+    refuse(socket, peer_limit_response());
+  } else if (sessions_.size() >= options_.max_connections && !evict_one()) {
+    connections_rejected_total_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::debug("HTTP connection rejected: {} connections already open, all busy", sessions_.size());
+    refuse(socket, overload_response());
   } else {
     error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);  // responses go out in one write; no need to batch
-    std::make_shared<Session>(shared_from_this(), std::move(socket))->start();
+    std::make_shared<Session>(shared_from_this(), std::move(socket), peer)->start();
   }
   accept_next();
 }
 
-void detail::ServerCore::reject(tcp::socket& socket) {
-  connections_rejected_total_.fetch_add(1, std::memory_order_relaxed);
-  spdlog::debug("HTTP connection rejected: {} connections already open", sessions_.size());
+bool detail::ServerCore::evict_one() {
+  // A linear scan: it runs only at the limit, and max_connections is small (64 by default).
+  Session* victim = nullptr;
+  int victim_rank = 0;
+  for (Session* session : sessions_) {
+    const std::optional<int> rank = session->eviction_rank();
+    if (!rank) continue;
+    if (victim == nullptr || *rank < victim_rank ||
+        (*rank == victim_rank && session->phase_since() < victim->phase_since())) {
+      victim = session;
+      victim_rank = *rank;
+    }
+  }
+  if (victim == nullptr) return false;
+  auto& counter = victim_rank <= 1   ? evicted_idle_total_
+                  : victim_rank == 2 ? evicted_reading_headers_total_
+                                     : evicted_reading_body_total_;
+  counter.fetch_add(1, std::memory_order_relaxed);
+  victim->evict();
+  return true;
+}
+
+void detail::ServerCore::refuse(tcp::socket& socket, const std::string& response) {
   error_code ignored;
   socket.non_blocking(true, ignored);
-  socket.write_some(asio::buffer(overload_response()), ignored);
+  socket.write_some(asio::buffer(response), ignored);
   socket.close(ignored);
 }
 
@@ -727,6 +867,21 @@ std::uint64_t Server::requests_total() const {
 }
 std::uint64_t Server::connections_rejected_total() const {
   return core_->connections_rejected_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::connections_refused_per_peer_total() const {
+  return core_->connections_refused_per_peer_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::connections_evicted_idle_total() const {
+  return core_->evicted_idle_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::connections_evicted_reading_headers_total() const {
+  return core_->evicted_reading_headers_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::connections_evicted_reading_body_total() const {
+  return core_->evicted_reading_body_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::header_timeouts_total() const {
+  return core_->header_timeouts_total_.load(std::memory_order_relaxed);
 }
 std::uint64_t Server::active_connections() const {
   return core_->active_connections_.load(std::memory_order_relaxed);

@@ -61,8 +61,18 @@ struct ServerOptions {
   // "host:port", ":port" (all interfaces, dual-stack when IPv6 is available), "[::1]:port";
   // port 0 = ephemeral.
   std::string listen_address = ":9473";
-  std::size_t max_connections = 64;  // beyond this, new connections get a 503 and are closed at once
-  std::chrono::milliseconds read_timeout{10000};  // whole-request deadline (slowloris defence)
+  // At this many open connections a newcomer evicts one that is not serving anybody: first a finished
+  // or idle one (oldest idle first), then one still reading its request (longest reading first). Only
+  // when every connection is handling or writing a response does the newcomer get a 503.
+  std::size_t max_connections = 64;
+  // Open connections allowed per peer address (an IPv6 peer is its /64, an IPv4-mapped address its IPv4
+  // address, loopback one peer like any other); a newcomer beyond it gets a 503. 0 = no limit.
+  std::size_t max_connections_per_peer = 8;
+  // A client must send complete request headers within this long of its first byte (of accepting, for
+  // a connection's first request), or it is closed. Capped by read_timeout.
+  std::chrono::milliseconds header_timeout{5000};
+  std::chrono::milliseconds read_timeout{
+      10000};  // whole-request deadline, headers and body (slowloris defence)
   std::chrono::milliseconds write_timeout{30000};
   std::chrono::milliseconds idle_keepalive_timeout{60000};  // between requests on a kept-alive connection
   std::uint32_t max_header_bytes = 8192;                    // larger header -> 431 and close
@@ -103,8 +113,17 @@ class Server {
   [[nodiscard]] std::string bound_address() const;  // e.g. "127.0.0.1:41234" or "[::1]:41234"
 
   // Self-metrics; any thread may read them.
-  [[nodiscard]] std::uint64_t requests_total() const;              // requests answered, including 405 and 500
-  [[nodiscard]] std::uint64_t connections_rejected_total() const;  // refused because of max_connections
+  [[nodiscard]] std::uint64_t requests_total() const;  // requests answered, including 405 and 500
+  // Refused with a 503 because every connection was busy with a response at max_connections.
+  [[nodiscard]] std::uint64_t connections_rejected_total() const;
+  // Refused with a 503 because their peer already held max_connections_per_peer connections.
+  [[nodiscard]] std::uint64_t connections_refused_per_peer_total() const;
+  // Closed to admit a newcomer at max_connections, by what the evicted connection was doing.
+  [[nodiscard]] std::uint64_t connections_evicted_idle_total() const;             // idle or finished
+  [[nodiscard]] std::uint64_t connections_evicted_reading_headers_total() const;  // headers incomplete
+  [[nodiscard]] std::uint64_t connections_evicted_reading_body_total() const;     // body incomplete
+  // Closed because complete headers did not arrive within header_timeout.
+  [[nodiscard]] std::uint64_t header_timeouts_total() const;
   [[nodiscard]] std::uint64_t active_connections() const;
   [[nodiscard]] std::uint64_t bad_requests_total() const;  // malformed (400) or oversized (413, 431) requests
 

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -40,13 +41,58 @@ TmpfsMount::~TmpfsMount() {
 }
 
 FaultWriter::FaultWriter(const std::string& shm_dir, const std::vector<std::string>& args,
-                         const std::map<std::string, std::string>& extra_env) {
+                         const std::map<std::string, std::string>& extra_env,
+                         const std::vector<std::string>& wrapper) {
   out_path_ = out_dir_.path() + "/writer.out";
-  std::vector<std::string> argv = {testkit::binary_path("tests/integration/faults/rankstat_fault_writer")};
+  std::vector<std::string> argv = wrapper;
+  argv.push_back(testkit::binary_path("tests/integration/faults/rankstat_fault_writer"));
   argv.insert(argv.end(), args.begin(), args.end());
   std::map<std::string, std::string> env = extra_env;
   env["RANKSTAT_SHM_DIR"] = shm_dir;
   process_ = std::make_unique<testkit::ChildProcess>(argv, env, out_path_);
+}
+
+WrappedDaemon::WrappedDaemon(const std::vector<std::string>& wrapper, const std::string& shm_dir,
+                             const std::vector<std::string>& extra_args,
+                             std::chrono::milliseconds start_timeout) {
+  // Another user must be able to write its log and address file.
+  ::chmod(files_.path().c_str(), 0777);
+  log_path_ = files_.path() + "/rankstatd.log";
+  address_path_ = files_.path() + "/address";
+  std::vector<std::string> argv = wrapper;
+  for (const std::string& arg :
+       {testkit::binary_path("daemon/rankstatd"), std::string("--web.listen-address=127.0.0.1:0"),
+        "--shm.dir=" + shm_dir, "--web.address-file=" + address_path_, std::string("--log.level=debug")}) {
+    argv.push_back(arg);
+  }
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  process_ = std::make_unique<testkit::ChildProcess>(argv, std::map<std::string, std::string>{}, log_path_);
+  testkit::wait_until(
+      [&] {
+        const std::string address = testkit::read_file(address_path_);
+        const auto colon = address.rfind(':');
+        if (colon != std::string::npos) port_ = std::atoi(address.c_str() + colon + 1);
+        return port_ > 0 || !process_->running();
+      },
+      start_timeout);
+}
+
+std::optional<testkit::HttpResponse> WrappedDaemon::get(const std::string& target) {
+  return testkit::http_get("127.0.0.1", port_, target);
+}
+
+std::string WrappedDaemon::scrape() {
+  const auto r = get("/metrics");
+  return r && r->status == 200 ? r->body : std::string();
+}
+
+bool can_switch_user() {
+  return ::geteuid() == 0 && ::access("/usr/bin/setpriv", X_OK) == 0;
+}
+
+std::vector<std::string> as_user(unsigned uid) {
+  return {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(uid),
+          "--clear-groups"};
 }
 
 bool FaultWriter::wait_for_output(const std::string& text, std::chrono::milliseconds timeout) {

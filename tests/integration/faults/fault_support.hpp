@@ -42,8 +42,10 @@ class TmpfsMount {
 // tests/integration/faults/rankstat_fault_writer with RANKSTAT_SHM_DIR set, its output captured.
 class FaultWriter {
  public:
+  // `wrapper`: a command the writer runs under, e.g. setpriv to run it as another user.
   FaultWriter(const std::string& shm_dir, const std::vector<std::string>& args,
-              const std::map<std::string, std::string>& extra_env = {});
+              const std::map<std::string, std::string>& extra_env = {},
+              const std::vector<std::string>& wrapper = {});
   testkit::ChildProcess& process() { return *process_; }
   pid_t pid() const { return process_->pid(); }
   bool wait_for_output(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(10));
@@ -61,6 +63,37 @@ class FaultWriter {
   std::string out_path_;
   std::unique_ptr<testkit::ChildProcess> process_;
 };
+
+// rankstatd on an ephemeral loopback port, started under `wrapper` (prlimit to lower its descriptor
+// limit, setpriv to run it as another user); killed on destruction. Unlike testkit::DaemonUnderTest it
+// may also be expected to fail at start: started() then stays false and exit_status() says how.
+class WrappedDaemon {
+ public:
+  WrappedDaemon(const std::vector<std::string>& wrapper, const std::string& shm_dir,
+                const std::vector<std::string>& extra_args,
+                std::chrono::milliseconds start_timeout = std::chrono::seconds(20));
+  bool started() const { return port_ > 0; }
+  int port() const { return port_; }
+  testkit::ChildProcess& process() { return *process_; }
+  std::string log() const { return testkit::read_file(log_path_); }
+  std::optional<testkit::HttpResponse> get(const std::string& target);
+  // The body of a 200 /metrics response, or empty.
+  std::string scrape();
+
+ private:
+  testkit::TempDir files_{"rankstatd-wrapped"};
+  std::string log_path_;
+  std::string address_path_;
+  std::unique_ptr<testkit::ChildProcess> process_;
+  int port_ = 0;
+};
+
+// A uid and gid no one on a test machine uses, standing for another local user (the attacker).
+inline constexpr unsigned kAttackerUid = 4243;
+// True when the tests may act as another user (root and setpriv); else the caller skips with a WARN.
+bool can_switch_user();
+// `setpriv` arguments running a command as `uid` (gid the same) without supplementary groups.
+std::vector<std::string> as_user(unsigned uid);
 
 // Remembers the largest value seen for every sample of the counter and histogram families whose name
 // starts with one of `prefixes`, and reports any sample that went below it.

@@ -2,9 +2,16 @@
 // methods, slow clients, more connections than allowed, 50 concurrent scrapers. It keeps answering,
 // with bounded memory, and nothing over HTTP changes its state. (tests/unit/http covers the transport
 // in-process; this is the daemon as deployed.)
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <random>
 #include <thread>
@@ -42,6 +49,28 @@ struct Served {
   TempDir shm;
   FaultWriter writer;
 };
+
+// A connection from a chosen loopback source address (all of 127.0.0.0/8 is local on Linux), so that
+// one test process can play many peers. Non-blocking (connected at return unless `wait_connected` is
+// false); -1 on failure.
+int connect_from(const std::string& source, int port, bool wait_connected = true) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (wait_connected ? 0 : SOCK_NONBLOCK), 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1 ||
+      ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS)) {
+    ::close(fd);
+    return -1;
+  }
+  if (wait_connected) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fd;
+}
 
 int status_of(const std::string& reply) {
   int status = 0;
@@ -166,7 +195,8 @@ TEST_CASE("slow clients are cut off at the read deadline while other scrapers ar
   constexpr int kSlow = 40;
   std::vector<int> slow;
   for (int i = 0; i < kSlow; ++i) {
-    const int fd = connect_loopback(daemon.port());
+    // One address each, so that the per-address limit (8) does not refuse them before they are slow.
+    const int fd = connect_from("127.3.0." + std::to_string(i + 1), daemon.port());
     REQUIRE(fd >= 0);
     const std::string start = "GET /metrics HTTP/1.1\r\nHost: a\r\n";
     REQUIRE(::send(fd, start.data(), start.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(start.size()));
@@ -202,34 +232,188 @@ TEST_CASE("slow clients are cut off at the read deadline while other scrapers ar
   report_count("http_slow_clients", kSlow);
 }
 
-TEST_CASE("connections beyond the limit get 503 and service resumes once they go away") {
-  Served served;
-  DaemonUnderTest daemon(served.shm.path(), {"--web.max-connections=16", "--web.read-timeout=10s"});
-  REQUIRE(wait_until([&] { return value_of(scrape(daemon), "sglang:test_events_total").has_value(); }, 10s));
-  std::vector<int> idle;
-  for (int i = 0; i < 16; ++i) {
-    const int fd = connect_loopback(daemon.port());
-    REQUIRE(fd >= 0);
-    idle.push_back(fd);
+namespace {
+
+// The attacks of issue 12 item 5, on one thread: connections that send one byte of a request and wait
+// (slowloris: from one address, and from many), and thousands of connections that send nothing, from
+// many addresses. Whatever the daemon closes is reopened at once, for as long as the attack runs.
+class ConnectionFlood {
+ public:
+  struct Plan {
+    int one_byte_from_one_address = 64;
+    int one_byte_from_many_addresses = 64;  // one address each
+    int idle = 2000;                        // 8 per address
+  };
+
+  ConnectionFlood(int port, Plan plan) : port_(port) {
+    for (int i = 0; i < plan.one_byte_from_one_address; ++i) slots_.push_back({"127.0.0.2", true});
+    for (int i = 0; i < plan.one_byte_from_many_addresses; ++i) {
+      slots_.push_back({"127.2." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1), true});
+    }
+    for (int i = 0; i < plan.idle; ++i) {
+      const int address = i / 8;
+      slots_.push_back(
+          {"127.1." + std::to_string(address / 250) + "." + std::to_string(address % 250 + 1), false});
+    }
+    thread_ = std::thread([this] { run(); });
   }
-  std::this_thread::sleep_for(200ms);  // all accepted
-  const auto extra = raw_exchange(daemon.port(), "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", 3s);
-  REQUIRE(extra);
-  CHECK(status_of(*extra) == 503);
-  for (int fd : idle) ::close(fd);
-  REQUIRE(wait_until(
-      [&] {
-        auto r = daemon.get("/metrics");
-        return r && r->status == 200;
-      },
-      5s));
-  CHECK(value_of(scrape(daemon), "rankstat_http_connections_rejected_total").value_or(0) >= 1);
-  report_count("http_connections_over_limit", 1);
+  ~ConnectionFlood() {
+    stop_.store(true);
+    thread_.join();
+    for (Slot& slot : slots_) {
+      if (slot.fd >= 0) ::close(slot.fd);
+    }
+  }
+  ConnectionFlood(const ConnectionFlood&) = delete;
+  ConnectionFlood& operator=(const ConnectionFlood&) = delete;
+
+  std::uint64_t connections_opened() const { return opened_.load(); }
+  std::uint64_t connections_closed_by_daemon() const { return closed_.load(); }
+  std::size_t open_now() const { return open_.load(); }
+
+ private:
+  struct Slot {
+    std::string source;
+    bool sends_one_byte;
+    int fd = -1;
+    bool byte_sent = false;
+  };
+
+  void run() {
+    std::vector<pollfd> polled;
+    std::vector<Slot*> owners;
+    char sink[4096];
+    while (!stop_.load()) {
+      polled.clear();
+      owners.clear();
+      std::size_t open = 0;
+      for (Slot& slot : slots_) {
+        if (slot.fd < 0) {
+          slot.fd = connect_from(slot.source, port_, false);
+          slot.byte_sent = false;
+          if (slot.fd < 0) continue;
+          ++opened_;
+        }
+        ++open;
+        const short wanted = slot.sends_one_byte && !slot.byte_sent ? POLLOUT : POLLIN;
+        polled.push_back({slot.fd, wanted, 0});
+        owners.push_back(&slot);
+      }
+      open_.store(open);
+      if (::poll(polled.data(), polled.size(), 50) <= 0) continue;
+      for (std::size_t i = 0; i < polled.size(); ++i) {
+        Slot& slot = *owners[i];
+        const short got = polled[i].revents;
+        if (got == 0) continue;
+        if ((got & POLLOUT) != 0 && (got & (POLLERR | POLLHUP)) == 0) {
+          slot.byte_sent = ::send(slot.fd, "G", 1, MSG_NOSIGNAL) == 1;
+          continue;
+        }
+        // Readable, hung up or failed: the daemon answered (a 503) or closed us. Either way, reconnect.
+        if ((got & POLLIN) != 0 && ::recv(slot.fd, sink, sizeof sink, 0) > 0 &&
+            (got & (POLLERR | POLLHUP)) == 0) {
+          continue;  // drain the 503 text; the close follows
+        }
+        ::close(slot.fd);
+        slot.fd = -1;
+        ++closed_;
+      }
+    }
+  }
+
+  int port_;
+  std::vector<Slot> slots_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> opened_{0};
+  std::atomic<std::uint64_t> closed_{0};
+  std::atomic<std::size_t> open_{0};
+  std::thread thread_;
+};
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  limit.rlim_cur = limit.rlim_max;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &limit) == 0);
+  REQUIRE(limit.rlim_cur >= 4096);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a scraper is served on every try while one-byte and idle connections flood the daemon from many "
+    "addresses") {
+  raise_open_file_limit();
+  Served served;
+  // Default HTTP limits, as deployed: 64 connections, 8 per address, 5 s for headers, 10 s per request.
+  DaemonUnderTest daemon(served.shm.path(), {"--shm.scan-interval=100ms", "--liveness.interval=50ms"});
+  REQUIRE(wait_until([&] { return value_of(scrape(daemon), "sglang:test_events_total").has_value(); }, 10s));
+
+  ConnectionFlood flood(daemon.port(), {});
+  REQUIRE(wait_until([&] { return flood.open_now() >= 2000; }, 10s));
+  std::this_thread::sleep_for(1s);  // the backlog full of attackers, every slot taken
+
+  // Long enough for the header deadline (5 s) to cut off the one-byte connections at least once.
+  const auto attack_end = std::chrono::steady_clock::now() + 8s;
+  int scrapes = 0;
+  int served_ok = 0;
+  std::vector<double> latency_ms;
+  while (std::chrono::steady_clock::now() < attack_end) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = http_get("127.0.0.1", daemon.port(), "/metrics", {}, 5s);
+    latency_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ++scrapes;
+    if (r && r->status == 200 && r->body.find("sglang:test_events_total") != std::string::npos) ++served_ok;
+  }
+  const std::uint64_t opened = flood.connections_opened();
+  const std::uint64_t closed = flood.connections_closed_by_daemon();
+  const std::size_t open_at_end = flood.open_now();
+
+  const std::string text = scrape(daemon);
+  const double evicted_idle = value_of(text, "rankstat_http_connections_evicted_total", {"idle"}).value_or(0);
+  const double evicted_reading =
+      value_of(text, "rankstat_http_connections_evicted_total", {"reading_headers"}).value_or(0);
+  const double refused_per_peer =
+      value_of(text, "rankstat_http_connections_refused_per_peer_total").value_or(0);
+  const double header_timeouts = value_of(text, "rankstat_http_header_timeouts_total").value_or(0);
+  const double rejected = value_of(text, "rankstat_http_connections_rejected_total").value_or(-1);
+  std::sort(latency_ms.begin(), latency_ms.end());
+  std::printf(
+      "flood: %zu attacker connections open, %llu opened, %llu closed by the daemon; scrapes %d/%d served, "
+      "latency p50 %.1f ms p99 %.1f ms max %.1f ms; evicted idle %.0f, evicted reading headers %.0f, "
+      "refused per peer %.0f, header timeouts %.0f, rejected %.0f\n",
+      open_at_end, static_cast<unsigned long long>(opened), static_cast<unsigned long long>(closed),
+      served_ok, scrapes, latency_ms[latency_ms.size() / 2], latency_ms[latency_ms.size() * 99 / 100],
+      latency_ms.back(), evicted_idle, evicted_reading, refused_per_peer, header_timeouts, rejected);
+  CHECK(scrapes >= 20);
+  CHECK(served_ok == scrapes);
+  CHECK(evicted_idle > 0);
+  CHECK(refused_per_peer > 0);  // 64 one-byte connections from 127.0.0.2 against a limit of 8
+  CHECK(rejected == 0);
+  CHECK(daemon.process().running());
+  report_count("http_flood_scrapes_served", static_cast<std::uint64_t>(served_ok));
+}
+
+TEST_CASE("a one-byte connection is closed at the header deadline even before the read deadline") {
+  Served served;
+  DaemonUnderTest daemon(served.shm.path(), {"--web.header-timeout=500ms", "--web.read-timeout=10s"});
+  REQUIRE(wait_until([&] { return value_of(scrape(daemon), "sglang:test_events_total").has_value(); }, 10s));
+  const int fd = connect_loopback(daemon.port());
+  REQUIRE(fd >= 0);
+  REQUIRE(::send(fd, "G", 1, MSG_NOSIGNAL) == 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(closed_by_peer(fd, 5s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  ::close(fd);
+  CHECK(value_of(scrape(daemon), "rankstat_http_header_timeouts_total").value_or(0) >= 1);
 }
 
 TEST_CASE("50 concurrent scrapers all get complete answers") {
   Served served;
-  DaemonUnderTest daemon(served.shm.path(), kFlags);
+  std::vector<std::string> flags = kFlags;
+  flags.push_back("--web.max-connections-per-peer=0");  // all 50 come from 127.0.0.1
+  DaemonUnderTest daemon(served.shm.path(), flags);
   REQUIRE(wait_until([&] { return value_of(scrape(daemon), "sglang:test_events_total").has_value(); }, 10s));
   constexpr int kScrapers = 50;
   constexpr int kEach = 10;

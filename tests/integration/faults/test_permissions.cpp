@@ -164,6 +164,10 @@ TEST_CASE("rankstatd runs as an unprivileged user and reads the 0660 segments of
   const char rank_key[32] = "stranger";
   REQUIRE(
       poke(stranger + ".part", offsetof(rankstat::shm::SegmentHeader, rank_key), rank_key, sizeof rank_key));
+  // The instance its name says (a header naming another instance is refused as instance_mismatch).
+  const char instance[16] = "stranger";
+  REQUIRE(
+      poke(stranger + ".part", offsetof(rankstat::shm::SegmentHeader, instance), instance, sizeof instance));
   REQUIRE(::chown((stranger + ".part").c_str(), kStrangerUid, kSharedGid) == 0);
   REQUIRE(::chmod((stranger + ".part").c_str(), 0660) == 0);
   REQUIRE(::rename((stranger + ".part").c_str(), stranger.c_str()) == 0);

@@ -75,7 +75,7 @@ TEST_CASE("promtool accepts the alert rules and the scrape config that reference
   rc = run_command("promtool check config " + source_path("deploy/prometheus/prometheus.yml"), &output);
   INFO(output);
   CHECK(rc == 0);
-  CHECK(output.find("1 rule files found") != std::string::npos);
+  CHECK(output.find("2 rule files found") != std::string::npos);
   // Every alert the issue asks for is there.
   const std::string rules = read_file(source_path("deploy/prometheus/rankstat.rules.yml"));
   for (const char* alert : {"RankDead", "RankStalled", "RankRingDropsRising", "SGLangKVPoolNearlyFull",
@@ -91,6 +91,22 @@ TEST_CASE(
   const int rc = run_command(
       "cd " + source_path("tests/integration/operations") + " && promtool test rules rankstat.rules.test.yml",
       &output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("SUCCESS") != std::string::npos);
+}
+
+TEST_CASE(
+    "the fleet roll-ups answer the right numbers for two nodes, a dead rank and a restart, and their alerts "
+    "fire (promtool test rules)") {
+  std::string output;
+  int rc = run_command("promtool check rules " + source_path("deploy/prometheus/rankstat.fleet.rules.yml"),
+                       &output);
+  INFO(output);
+  CHECK(rc == 0);
+  rc = run_command("cd " + source_path("tests/integration/operations") +
+                       " && promtool test rules rankstat.fleet.rules.test.yml",
+                   &output);
   INFO(output);
   CHECK(rc == 0);
   CHECK(output.find("SUCCESS") != std::string::npos);
@@ -130,8 +146,9 @@ TEST_CASE(
   config = replace_all(config, "scrape_timeout: 4s", "scrape_timeout: 1s");
   config = replace_all(config, "evaluation_interval: 15s", "evaluation_interval: 1s");
   { std::ofstream(prom.path() + "/prometheus.yml") << config; }
-  REQUIRE(run_command("cp " + source_path("deploy/prometheus/rankstat.rules.yml") + " " + prom.path() +
-                      "/") == 0);
+  REQUIRE(run_command("cp " + source_path("deploy/prometheus/rankstat.rules.yml") + " " +
+                      source_path("deploy/prometheus/rankstat.fleet.rules.yml") + " " + prom.path() + "/") ==
+          0);
   const int port = unused_port();
   ChildProcess prometheus({"/usr/bin/prometheus", "--config.file=" + prom.path() + "/prometheus.yml",
                            "--storage.tsdb.path=" + prom.path() + "/data",
@@ -166,7 +183,7 @@ TEST_CASE(
             ++rules;
           }
         }
-        return rules == 10;
+        return rules == 45;  // rankstat.rules.yml's 10 and rankstat.fleet.rules.yml's 35
       },
       20s));
   // Each panel query parses and runs, with the dashboard's variables as "All".

@@ -501,3 +501,45 @@ TEST_CASE("The last error is per thread", "[c_api]") {
   CHECK(theirs_after != mine);
   CHECK(std::string(rankstat_last_error()) == mine);
 }
+
+TEST_CASE(
+    "rankstat_open_ex creates the segment in the directory it is given and leaves RANKSTAT_SHM_DIR alone") {
+  TempDir from_environment;
+  TempDir given;
+  ShmDirEnv env(from_environment.path());
+  const rankstat_identity identity = test_identity();
+  const rankstat_geometry geometry = small_geometry();
+  rankstat_permissions permissions{};
+  permissions.struct_size = sizeof permissions;
+  permissions.shm_dir = given.path().c_str();
+  rankstat_reporter* raw = nullptr;
+  const int rc = rankstat_open_ex(&identity, &geometry, &permissions, &raw);
+  INFO(rankstat_last_error());
+  REQUIRE(rc == RANKSTAT_OK);
+  ReporterHandle reporter(raw);
+  CHECK(given.list().size() == 1);
+  CHECK(from_environment.list().empty());
+  REQUIRE(std::getenv("RANKSTAT_SHM_DIR") != nullptr);
+  CHECK(std::string(std::getenv("RANKSTAT_SHM_DIR")) == from_environment.path());
+}
+
+TEST_CASE(
+    "a caller built before rankstat_permissions had shm_dir still opens its segment in RANKSTAT_SHM_DIR") {
+  TempDir from_environment;
+  TempDir elsewhere;
+  ShmDirEnv env(from_environment.path());
+  const rankstat_identity identity = test_identity();
+  // The first version of the struct ended before shm_dir: bytes beyond its struct_size are never read,
+  // whatever they hold.
+  rankstat_permissions permissions{};
+  permissions.struct_size = offsetof(rankstat_permissions, shm_dir);
+  permissions.mode = 0640;
+  permissions.shm_dir = elsewhere.path().c_str();
+  rankstat_reporter* raw = nullptr;
+  const int rc = rankstat_open_ex(&identity, nullptr, &permissions, &raw);
+  INFO(rankstat_last_error());
+  REQUIRE(rc == RANKSTAT_OK);
+  ReporterHandle reporter(raw);
+  CHECK(from_environment.list().size() == 1);
+  CHECK(elsewhere.list().empty());
+}

@@ -489,6 +489,40 @@ TEST_CASE("Open failures map to statuses and keep the message", "[reporter]") {
   }
 }
 
+TEST_CASE("Identity strings and extra labels that cannot become Prometheus labels are refused by name",
+          "[reporter]") {
+  TempDir dir;
+  const struct {
+    const char* what;
+    shm::LabelPairs extra;
+    std::string model_name;
+    const char* named;
+  } cases[] = {
+      {"le", {{"le", "1"}}, "m", "extra label 'le' is reserved"},
+      {"quantile", {{"quantile", "0.5"}}, "m", "extra label 'quantile' is reserved"},
+      {"pid", {{"pid", "7"}}, "m", "extra label 'pid' is reserved"},
+      {"a __ prefix", {{"__name__", "x"}}, "m", "extra label '__name__' is not a valid label name"},
+      {"an invalid name", {{"bad-name", "x"}}, "m", "extra label 'bad-name' is not a valid label name"},
+      {"an identity label", {{"model_name", "x"}}, "m", "extra label 'model_name' repeats an identity label"},
+      {"a repeat", {{"pool", "a"}, {"pool", "b"}}, "m", "extra label 'pool' is given twice"},
+      {"a non-UTF-8 value",
+       {{"pool", "\xff"}},
+       "m",
+       "extra label 'pool' has a value that is not valid UTF-8"},
+      {"a non-UTF-8 model name", {}, "m\xc3", "model name 'm\\xc3' is not valid UTF-8"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    ReporterOptions options = options_in(dir);
+    options.identity.extra_labels = c.extra;
+    options.identity.model_name = c.model_name;
+    Reporter reporter;
+    CHECK(reporter.open(options) == Status::kInvalidArgument);
+    CHECK_THAT(reporter.error_message(), Catch::Contains(c.named));
+    CHECK(dir.list().empty());
+  }
+}
+
 TEST_CASE("Every status has a distinct name", "[reporter]") {
   CHECK(rankstat::status_name(Status::kOk) == "ok");
   CHECK(rankstat::status_name(Status::kRingFull) == "ring_full");

@@ -192,3 +192,96 @@ TEST_CASE("a counter total that only rounding lowers is not exported lower, a re
   set.render(third);
   CHECK(third.find("c_total 0.1\n") != std::string::npos);
 }
+
+TEST_CASE("samples whose labels cannot be written correctly are dropped and counted, the others kept") {
+  FamilySet set;
+  std::uint64_t expected = 0;
+  const auto dropped = [&](const char* what) {
+    INFO(what);
+    CHECK(set.unexposable() == ++expected);
+  };
+  const Labels good = {{"model_name", "m"}, {"engine_type", "unified"}};
+  set.add_counter("c_total", "h", good, 1);
+  set.add_counter("c_total", "h", {{"model_name", "m\xff"}}, 1);
+  dropped("invalid UTF-8 value");
+  set.add_counter("c_total", "h", {{"model_name", "m"}, {"model_name", "n"}}, 1);
+  dropped("a name twice");
+  set.add_counter("c_total", "h", {{"__name__", "x"}}, 1);
+  dropped("a reserved name");
+  set.add_histogram("h", "h", {{"le", "0.5"}}, {1}, {1, 0}, 1);
+  dropped("le on a histogram");
+  set.add_histogram("s", "h", {{"quantile", "0.5"}}, {}, {1}, 1, {}, nullptr, 0, true);
+  dropped("quantile on a summary");
+  set.add_gauge("g", "h", GaugeMode::kAll, {{"pid", "1"}}, 1, 1, rank(7, true));
+  dropped("pid where the all mode adds one");
+  set.add_histogram("h", "h", good, {1}, {1, 0}, 1);
+  set.add_gauge("g", "h", GaugeMode::kAll, good, 1, 1, rank(7, true));
+  CHECK(set.unexposable() == expected);
+  const auto families = set.finish();
+  REQUIRE(families.size() == 3);  // c_total, g and h; no family made of dropped samples only
+  for (const auto& family : families) {
+    INFO(family.name);
+    CHECK(family.metric.size() == 1);
+  }
+}
+
+TEST_CASE(
+    "constant labels join every series in name order, per-process gauges and declared series included") {
+  FamilySet set;
+  set.set_constant_labels({{"node", "gpu-a"}, {"cluster", "eu1"}});
+  set.add_gauge("g", "h", GaugeMode::kAll, {{"tp_rank", "0"}}, 1, 100, rank(7, true));
+  set.add_counter("c", "h", {}, 2, rank(7, true));  // a declared series with no labels of its own
+  const auto families = set.finish();
+  REQUIRE(families.size() == 2);
+  const Labels expected_counter = {{"cluster", "eu1"}, {"node", "gpu-a"}};
+  const auto& counter = families[0].metric.at(0).label;
+  REQUIRE(counter.size() == expected_counter.size());
+  for (std::size_t i = 0; i < counter.size(); ++i) {
+    CHECK(counter[i].name == expected_counter[i].name);
+    CHECK(counter[i].value == expected_counter[i].value);
+  }
+  std::vector<std::string> gauge_names;
+  for (const auto& l : families[1].metric.at(0).label) gauge_names.push_back(l.name);
+  CHECK(gauge_names == std::vector<std::string>{"cluster", "node", "pid", "tp_rank"});
+  CHECK(set.shadowed_constant_labels() == 0);
+}
+
+TEST_CASE(
+    "an engine label named like a constant label keeps the engine's value, and each such series is counted") {
+  FamilySet set;
+  set.set_constant_labels({{"node", "gpu-a"}});
+  std::string text;
+  for (int round = 0; round < 3; ++round) {  // through the slots too: counted in every round
+    FamilySet::SegmentSlots& slots = set.slots("seg", 1, "");
+    slots.cumulative.resize(2);
+    set.add_counter("c", "h", {{"node", "engine-side"}}, 1, rank(7, true), &slots.cumulative[0]);
+    set.add_counter("d", "h", {}, 1, rank(7, true), &slots.cumulative[1]);
+    CHECK(set.shadowed_constant_labels() == 1);
+    text.clear();
+    set.render(text);
+    CHECK(set.shadowed_constant_labels() == 0);  // a new round starts
+  }
+  INFO(text);
+  CHECK(text.find("\nc{node=\"engine-side\"} 1.0\n") != std::string::npos);
+  CHECK(text.find("\nd{node=\"gpu-a\"} 1.0\n") != std::string::npos);
+}
+
+TEST_CASE("a constant label may not take an engine, reserved or scrape-time label name") {
+  using rankstat::constant_label_refusal;
+  for (const char* fine : {"cluster", "deployment", "node", "node_rank", "pd_role", "namespace", "pod"}) {
+    INFO(fine);
+    CHECK(constant_label_refusal(fine, "instance_id").empty());
+  }
+  for (const char* engine : {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank",
+                             "priority", "instance_id"}) {
+    INFO(engine);
+    CHECK(constant_label_refusal(engine, "instance_id").find("collides") != std::string::npos);
+  }
+  for (const char* reserved : {"le", "quantile", "pid", "gt", "__name__", "__x"}) {
+    INFO(reserved);
+    CHECK(constant_label_refusal(reserved, "").find("reserved") != std::string::npos);
+  }
+  CHECK(constant_label_refusal("job", "").find("set by Prometheus at scrape time") != std::string::npos);
+  CHECK(constant_label_refusal("instance", "").find("--label.instance") != std::string::npos);
+  CHECK(constant_label_refusal("no-dash", "").find("not a valid") != std::string::npos);
+}

@@ -1,5 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+
 #include "config.hpp"
 
 using namespace std::chrono_literals;
@@ -46,4 +52,99 @@ TEST_CASE("a bad flag value is refused with a message, not ignored") {
   CHECK_FALSE(c.config);
   CHECK(c.message.find("--shm.poll-interval-max (10ms) is shorter than --shm.poll-interval (50ms)") !=
         std::string::npos);
+}
+
+namespace {
+
+// Sets an environment variable for one scope (parse_config reads RANKSTAT_LABEL_* from the environment).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+}  // namespace
+
+TEST_CASE("constant labels come from repeated --label.NAME flags, both spellings, next to --label.instance") {
+  const char* argv[] = {"rankstatd", "--label.cluster=eu1", "--label.node", "gpu-a",
+                        "--label.instance=instance_id"};
+  auto parsed = rankstat::parse_config(5, argv);
+  INFO(parsed.message);
+  REQUIRE(parsed.config);
+  CHECK(parsed.config->instance_label == "instance_id");
+  CHECK(parsed.config->constant_labels ==
+        std::map<std::string, std::string>{{"cluster", "eu1"}, {"node", "gpu-a"}});
+}
+
+TEST_CASE(
+    "constant labels come from RANKSTAT_LABEL_ variables, lower-cased, and a flag of the same name wins") {
+  ScopedEnv node_rank("RANKSTAT_LABEL_NODE_RANK", "1");
+  ScopedEnv node("RANKSTAT_LABEL_NODE", "from-env");
+  const char* argv[] = {"rankstatd", "--label.node=from-flag"};
+  auto parsed = rankstat::parse_config(2, argv);
+  INFO(parsed.message);
+  REQUIRE(parsed.config);
+  CHECK(parsed.config->constant_labels ==
+        std::map<std::string, std::string>{{"node", "from-flag"}, {"node_rank", "1"}});
+}
+
+TEST_CASE("constant labels come from label.NAME keys of the config file, and are kept over a reload") {
+  char path[] = "/tmp/rankstat-config-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  { std::ofstream(path) << "log.level = debug\nlabel.deployment = llama-70b\n"; }
+  const std::string flag = std::string("--config.file=") + path;
+  const char* argv[] = {"rankstatd", flag.c_str(), "--label.cluster=eu1"};
+  auto parsed = rankstat::parse_config(3, argv);
+  INFO(parsed.message);
+  REQUIRE(parsed.config);
+  const std::map<std::string, std::string> expected{{"cluster", "eu1"}, {"deployment", "llama-70b"}};
+  CHECK(parsed.config->constant_labels == expected);
+  { std::ofstream(path) << "log.level = info\nlabel.deployment = changed\n"; }
+  std::string error;
+  auto reloaded = rankstat::reload_config(*parsed.config, error);
+  INFO(error);
+  REQUIRE(reloaded);
+  CHECK(reloaded->log_level == "info");
+  CHECK(reloaded->constant_labels == expected);  // fixed at start: a change would fork every series
+  ::unlink(path);
+}
+
+TEST_CASE("a constant label that collides with an engine or reserved label is refused at start, by name") {
+  const std::pair<std::vector<const char*>, std::string> cases[] = {
+      {{"rankstatd", "--label.tp_rank=3"}, "--label.tp_rank refused: 'tp_rank' collides"},
+      {{"rankstatd", "--label.instance=instance_id", "--label.instance_id=x"},
+       "--label.instance_id refused: 'instance_id' collides with --label.instance"},
+      {{"rankstatd", "--label.le=1"}, "--label.le refused: 'le' is reserved"},
+      {{"rankstatd", "--label.job=x"}, "--label.job refused: 'job' is set by Prometheus"},
+      {{"rankstatd", "--label.bad-name=x"}, "--label.bad-name refused: 'bad-name' is not a valid"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto parsed = rankstat::parse_config(static_cast<int>(args.size()), args.data());
+    INFO(args.back() << " -> " << parsed.message);
+    CHECK_FALSE(parsed.config);
+    CHECK(parsed.exit_code == 2);
+    CHECK(parsed.message.find(message) != std::string::npos);
+  }
+  const char* empty_flag[] = {"rankstatd", "--label.node="};
+  auto empty = rankstat::parse_config(2, empty_flag);
+  CHECK_FALSE(empty.config);
+  CHECK(empty.message.find("--label.node") != std::string::npos);
+  const char* argv[] = {"rankstatd"};
+  {
+    ScopedEnv pid("RANKSTAT_LABEL_PID", "1");
+    auto parsed = rankstat::parse_config(1, argv);
+    CHECK_FALSE(parsed.config);
+    CHECK(parsed.message.find("RANKSTAT_LABEL_PID refused: 'pid' is reserved") != std::string::npos);
+  }
+  ScopedEnv node("RANKSTAT_LABEL_NODE", "");
+  auto parsed = rankstat::parse_config(1, argv);
+  CHECK_FALSE(parsed.config);
+  CHECK(parsed.message.find("RANKSTAT_LABEL_NODE refused: empty value") != std::string::npos);
 }

@@ -77,7 +77,7 @@ std::string request_text(std::string_view method, std::string_view target,
 }
 
 TestConnection::TestConnection(std::uint16_t port, std::chrono::milliseconds io_timeout,
-                               int receive_buffer_bytes)
+                               int receive_buffer_bytes, const std::string& source_address)
     : io_timeout_(io_timeout) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw socket_failure("socket");
@@ -94,6 +94,15 @@ TestConnection::TestConnection(std::uint16_t port, std::chrono::milliseconds io_
   send_timeout.tv_usec = static_cast<suseconds_t>((io_timeout.count() % 1000) * 1000);
   ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
 
+  if (!source_address.empty()) {
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, source_address.c_str(), &source.sin_addr) != 1 ||
+        ::bind(fd_, reinterpret_cast<const sockaddr*>(&source), sizeof source) != 0) {
+      close();
+      throw std::runtime_error("cannot bind to source address " + source_address);
+    }
+  }
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);

@@ -32,8 +32,10 @@ class TestConnection {
  public:
   // Connects to 127.0.0.1:port; throws std::runtime_error when the connection is refused.
   // receive_buffer_bytes > 0 shrinks SO_RCVBUF so that the server's writes stay in flight.
+  // A non-empty source_address (another loopback address, e.g. "127.0.0.2") makes the connection come
+  // from a different peer as far as the server's per-peer limit is concerned.
   explicit TestConnection(std::uint16_t port, std::chrono::milliseconds io_timeout = std::chrono::seconds(10),
-                          int receive_buffer_bytes = 0);
+                          int receive_buffer_bytes = 0, const std::string& source_address = "");
   ~TestConnection();
   TestConnection(TestConnection&& other) noexcept;
   TestConnection& operator=(TestConnection&&) = delete;

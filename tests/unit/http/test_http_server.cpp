@@ -392,37 +392,158 @@ TEST_CASE("a keep-alive connection left idle is closed after the idle timeout") 
   CHECK(std::chrono::steady_clock::now() - idle_since >= 250ms);
 }
 
-TEST_CASE("connections beyond max_connections are rejected and service resumes once others close") {
+TEST_CASE("at the connection limit the connection idle longest is evicted to admit a newcomer") {
   constexpr std::size_t kMaxConnections = 5;
   ServerOptions options = loopback_options();
   options.max_connections = kMaxConnections;
+  options.max_connections_per_peer = 0;
   RunningServer running(options, echo_target_handler());
 
-  std::vector<TestConnection> connections;
-  for (std::size_t i = 0; i < kMaxConnections + 5; ++i) connections.emplace_back(running.port());
-
-  // The kernel hands connections over in arrival order, so exactly the last five are extra.
-  for (std::size_t i = kMaxConnections; i < connections.size(); ++i) {
-    CHECK(connections[i].closed_by_server_within(3s));
-    CHECK(connections[i].received().rfind("HTTP/1.1 503", 0) == 0);
+  std::vector<TestConnection> idle;
+  for (std::size_t i = 0; i < kMaxConnections; ++i) {
+    idle.emplace_back(running.port());
+    CHECK(idle.back().request("GET", "/warm").status == 200);  // now idle between requests, in this order
   }
-  for (std::size_t i = 0; i < kMaxConnections; ++i) CHECK_FALSE(connections[i].closed_by_server_within(50ms));
-  CHECK(running.server().connections_rejected_total() == 5);
+  REQUIRE(eventually([&] { return running.server().active_connections() == kMaxConnections; }));
+
+  TestConnection newcomer(running.port());
+  CHECK(newcomer.request("GET", "/new").body == "you asked for /new\n");
+  CHECK(idle[0].closed_by_server_within(3s));
+  for (std::size_t i = 1; i < kMaxConnections; ++i) CHECK_FALSE(idle[i].closed_by_server_within(50ms));
+  CHECK(idle[1].request("GET", "/kept").body == "you asked for /kept\n");
+  CHECK(running.server().connections_evicted_idle_total() == 1);
+  CHECK(running.server().connections_rejected_total() == 0);
   CHECK(running.server().active_connections() == kMaxConnections);
+}
 
-  connections[0].close();
-  connections[1].close();
-  REQUIRE(eventually([&] { return running.server().active_connections() == kMaxConnections - 2; }));
+TEST_CASE("idle connections are evicted before ones reading headers, and the slowest header reader next") {
+  ServerOptions options = loopback_options();
+  options.max_connections = 3;
+  options.max_connections_per_peer = 0;
+  RunningServer running(options, echo_target_handler());
 
-  TestConnection latecomer(running.port());
-  CHECK(latecomer.request("GET", "/late").body == "you asked for /late\n");
-  CHECK(connections[2].request("GET", "/kept").body == "you asked for /kept\n");
+  TestConnection slowest(running.port());
+  slowest.send("GET /a HTTP/1.1\r\n");
+  std::this_thread::sleep_for(50ms);
+  TestConnection slow(running.port());
+  slow.send("GET /b HTTP/1.1\r\n");
+  std::this_thread::sleep_for(50ms);
+  TestConnection idle(running.port());  // newest, but has sent nothing
+  REQUIRE(eventually([&] { return running.server().active_connections() == 3; }));
+
+  TestConnection first(running.port());
+  CHECK(first.request("GET", "/first").status == 200);
+  CHECK(idle.closed_by_server_within(3s));
+  CHECK_FALSE(slowest.closed_by_server_within(50ms));
+
+  // `first` is idle again after its answer and goes before any header reader.
+  TestConnection second(running.port());
+  second.send("GET /second HTTP/1.1\r\n");
+  CHECK(first.closed_by_server_within(3s));
+  // Now three header readers: the one reading longest (the slowest) makes room.
+  TestConnection third(running.port());
+  CHECK(third.request("GET", "/third").status == 200);
+  CHECK(slowest.closed_by_server_within(3s));
+  CHECK_FALSE(slow.closed_by_server_within(50ms));
+  CHECK_FALSE(second.closed_by_server_within(50ms));
+  CHECK(running.server().connections_evicted_idle_total() == 2);
+  CHECK(running.server().connections_evicted_reading_headers_total() == 1);
+}
+
+TEST_CASE("a newcomer gets 503 only when every open connection is busy writing a response") {
+  constexpr std::size_t kBodyBytes = std::size_t{16} << 20;
+  const std::string large_body(kBodyBytes, 'x');
+  ServerOptions options = loopback_options();
+  options.max_connections = 2;
+  options.max_connections_per_peer = 0;
+  RunningServer running(options, [&large_body](const Request&) {
+    Response response;
+    response.content_type = "application/octet-stream";
+    response.shared_body = std::make_shared<const std::string>(large_body);
+    return response;
+  });
+  // Small receive windows keep both 16 MiB responses in the writing phase.
+  std::vector<TestConnection> downloaders;
+  for (int i = 0; i < 2; ++i) {
+    downloaders.emplace_back(running.port(), 20s, 16 * 1024);
+    downloaders.back().send(rankstat::http::testing::request_text("GET", "/large"));
+    REQUIRE(downloaders.back().read_header().status == 200);
+  }
+  TestConnection refused(running.port());
+  CHECK(refused.closed_by_server_within(3s));
+  CHECK(refused.received().rfind("HTTP/1.1 503", 0) == 0);
+  CHECK(running.server().connections_rejected_total() == 1);
+
+  downloaders[0].close();
+  REQUIRE(eventually([&] { return running.server().active_connections() == 1; }));
+  TestConnection latecomer(running.port(), 20s);
+  latecomer.send(rankstat::http::testing::request_text("GET", "/late"));
+  CHECK(latecomer.read_header().status == 200);
+}
+
+TEST_CASE("a peer holding max_connections_per_peer gets 503 while another address is served") {
+  ServerOptions options = loopback_options();
+  options.max_connections_per_peer = 3;
+  RunningServer running(options, echo_target_handler());
+
+  std::vector<TestConnection> held;
+  for (int i = 0; i < 3; ++i) held.emplace_back(running.port(), 10s, 0, "127.0.0.2");
+  REQUIRE(eventually([&] { return running.server().active_connections() == 3; }));
+
+  TestConnection fourth(running.port(), 10s, 0, "127.0.0.2");
+  CHECK(fourth.closed_by_server_within(3s));
+  CHECK(fourth.received().rfind("HTTP/1.1 503", 0) == 0);
+  CHECK(fourth.received().find("from your address") != std::string::npos);
+  CHECK(running.server().connections_refused_per_peer_total() == 1);
+
+  TestConnection other_peer(running.port());
+  CHECK(other_peer.request("GET", "/other").status == 200);
+  held[0].close();
+  REQUIRE(eventually([&] { return running.server().active_connections() == 3; }));
+  TestConnection again(running.port(), 10s, 0, "127.0.0.2");
+  CHECK(again.request("GET", "/again").status == 200);
+}
+
+TEST_CASE(
+    "a client that does not finish its headers within the header timeout is closed before the read timeout") {
+  ServerOptions options = loopback_options();
+  options.header_timeout = 300ms;
+  options.read_timeout = 10s;
+  RunningServer running(options, echo_target_handler());
+
+  TestConnection silent(running.port());
+  TestConnection dripping(running.port());
+  const auto started = std::chrono::steady_clock::now();
+  dripping.send("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  REQUIRE(dripping.closed_by_server_within(5s));
+  REQUIRE(silent.closed_by_server_within(5s));
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  CHECK(elapsed >= 250ms);
+  CHECK(elapsed < 3s);
+  CHECK(dripping.received().empty());
+  CHECK(running.server().header_timeouts_total() == 2);
+}
+
+TEST_CASE("a request body may arrive after the header timeout as long as the read timeout holds") {
+  ServerOptions options = loopback_options();
+  options.header_timeout = 200ms;
+  options.read_timeout = 3s;
+  RunningServer running(options, echo_target_handler());
+
+  TestConnection client(running.port());
+  client.send("GET /with-body HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 4\r\n\r\n");
+  std::this_thread::sleep_for(500ms);
+  client.send("body");
+  CHECK(client.read_response().body == "you asked for /with-body\n");
+  CHECK(running.server().header_timeouts_total() == 0);
 }
 
 TEST_CASE("50 concurrent clients doing keep-alive requests all get their own answers") {
   constexpr int kClients = 50;
   constexpr int kRequestsPerClient = 5;
-  RunningServer running(loopback_options(), echo_target_handler());
+  ServerOptions options = loopback_options();
+  options.max_connections_per_peer = 0;  // every client is 127.0.0.1
+  RunningServer running(options, echo_target_handler());
 
   // Catch2 assertions are not thread-safe: workers record failures, the test thread checks them.
   std::vector<std::string> failures(kClients);

@@ -1,11 +1,15 @@
 // Clocks and process identity shared by writers and readers.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -34,33 +38,70 @@ inline std::uint64_t realtime_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-// Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or nullopt if the process does
-// not exist or is not visible (another pid namespace). A pid together with its start time names one
-// process for the lifetime of the boot; a pid alone is reused.
-inline std::optional<std::uint64_t> process_start_ticks(std::uint32_t pid, const char* proc_root = "/proc") {
+// What a look at /proc/<pid>/stat found. A check that fails for any reason other than "no such
+// process" (EMFILE/ENFILE when the caller is out of descriptors, EACCES under hidepid, a read error) is
+// kUnknown, never kGone: unknown is not dead, and a reader must keep its previous verdict.
+struct ProcessStart {
+  enum class Status : std::uint8_t { kFound, kGone, kUnknown };
+  Status status = Status::kUnknown;
+  std::uint64_t ticks = 0;  // field 22 (start time in clock ticks since boot) when kFound
+  int error = 0;            // errno of the failed check when kUnknown (0 for a parse failure)
+};
+
+// Field 22 of /proc/<pid>/stat, with a verdict on why it could not be read. Async-signal-unsafe but
+// allocation-free; safe from any thread (no shared state).
+inline ProcessStart probe_process_start(std::uint32_t pid, const char* proc_root = "/proc") {
+  ProcessStart out;
   char path[96];
   std::snprintf(path, sizeof path, "%s/%u/stat", proc_root, pid);
-  std::FILE* file = std::fopen(path, "re");
-  if (file == nullptr) return std::nullopt;
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    out.error = errno;
+    out.status = out.error == ENOENT || out.error == ESRCH ? ProcessStart::Status::kGone
+                                                           : ProcessStart::Status::kUnknown;
+    return out;
+  }
   char buffer[1024];
-  const std::size_t n = std::fread(buffer, 1, sizeof buffer - 1, file);
-  std::fclose(file);
+  ssize_t n = -1;
+  do {
+    n = ::read(fd, buffer, sizeof buffer - 1);
+  } while (n < 0 && errno == EINTR);
+  const int read_error = errno;
+  ::close(fd);
+  if (n < 0) {
+    // A process that exits between open and read answers ESRCH.
+    out.error = read_error;
+    out.status = read_error == ESRCH ? ProcessStart::Status::kGone : ProcessStart::Status::kUnknown;
+    return out;
+  }
   buffer[n] = '\0';
   // comm (field 2) may contain spaces and parentheses: parse from the last ')'.
   const char* p = std::strrchr(buffer, ')');
-  if (p == nullptr) return std::nullopt;
+  if (p == nullptr) return out;
   ++p;
   // After ')' come fields 3, 4, ...; the start time is field 22, i.e. the 20th token.
   for (int field = 3; field < 22; ++field) {
     while (*p == ' ') ++p;
     while (*p != ' ' && *p != '\0') ++p;
-    if (*p == '\0') return std::nullopt;
+    if (*p == '\0') return out;
   }
   while (*p == ' ') ++p;
   char* end = nullptr;
   const unsigned long long ticks = std::strtoull(p, &end, 10);
-  if (end == p) return std::nullopt;
-  return ticks;
+  if (end == p) return out;
+  out.status = ProcessStart::Status::kFound;
+  out.ticks = ticks;
+  return out;
+}
+
+// Field 22 of /proc/<pid>/stat, or nullopt if the process does not exist, is not visible (another pid
+// namespace) or could not be checked. A pid together with its start time names one process for the
+// lifetime of the boot; a pid alone is reused. Liveness verdicts use probe_process_start, which tells
+// "gone" from "could not check".
+inline std::optional<std::uint64_t> process_start_ticks(std::uint32_t pid, const char* proc_root = "/proc") {
+  const ProcessStart probe = probe_process_start(pid, proc_root);
+  if (probe.status != ProcessStart::Status::kFound) return std::nullopt;
+  return probe.ticks;
 }
 
 }  // namespace rankstat::shm

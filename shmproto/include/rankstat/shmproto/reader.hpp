@@ -155,6 +155,11 @@ struct OpenedSegment {
   CumulativeGeometry cumulative_geometry{};
   std::uint64_t inode = 0;
   std::uint64_t device = 0;
+  std::uint32_t owner_uid = 0;  // of the descriptor actually opened (fstat), for trust checks
+  std::uint32_t mode = 0;
+  // errno of a kOpenFailed open or mmap: EMFILE, ENFILE and ENOMEM are transient (retry later), not
+  // a verdict on the file.
+  int error = 0;
 
   const std::uint8_t* ring() const { return file.bytes() + identity.ring_offset; }
   CumulativeRegion cumulative() const {
@@ -162,14 +167,22 @@ struct OpenedSegment {
   }
 };
 
+// True for an open/mmap failure that says nothing about the file: out of descriptors or memory.
+inline bool is_transient_open_error(int error) {
+  return error == EMFILE || error == ENFILE || error == ENOMEM;
+}
+
 // Opens and validates a segment. `consumer` maps it writable so the reader can publish `head`;
-// observers map it read-only and never write.
+// observers map it read-only and never write. O_NONBLOCK and O_NOFOLLOW: a FIFO or symlink swapped in
+// after the caller's lstat can neither block the open nor redirect it; the fstat below then refuses
+// anything but a regular file.
 inline OpenedSegment open_segment(const std::string& path, bool consumer) {
   OpenedSegment out;
-  const int fd = ::open(path.c_str(), (consumer ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
+  const int fd = ::open(path.c_str(), (consumer ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
+    out.error = errno;
     out.reason = RejectReason::kOpenFailed;
-    out.message = "cannot open " + path + ": " + errno_text(errno);
+    out.message = "cannot open " + path + ": " + errno_text(out.error);
     return out;
   }
   struct stat st {};
@@ -179,6 +192,8 @@ inline OpenedSegment open_segment(const std::string& path, bool consumer) {
     out.message = "not a regular file: " + path;
     return out;
   }
+  out.owner_uid = st.st_uid;
+  out.mode = st.st_mode;
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
   if (file_bytes < kHeaderBytes) {
     ::close(fd);
@@ -190,6 +205,7 @@ inline OpenedSegment open_segment(const std::string& path, bool consumer) {
   if (address == MAP_FAILED) {
     const int e = errno;
     ::close(fd);
+    out.error = e;
     out.reason = RejectReason::kOpenFailed;
     out.message = "cannot map " + path + ": " + errno_text(e);
     return out;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -146,8 +148,72 @@ inline bool copy_fixed_string(std::string_view text, char* out, std::size_t capa
   return true;
 }
 
+// `text` in single quotes for an error message, bytes outside printable ASCII as \xNN.
+inline std::string quoted_for_message(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (const char c : text.substr(0, 80)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out.append("\\x").append(1, kHex[byte >> 4]).append(1, kHex[byte & 15]);
+    }
+  }
+  if (text.size() > 80) out += "...";
+  return out + "'";
+}
+
+// Labels every identity-labelled series gets from the segment header (daemon/src/aggregation.cpp
+// identity_labels): an extra label may not repeat one.
+inline constexpr std::string_view kIdentityLabelNames[] = {"model_name",  "engine_type", "tp_rank", "pp_rank",
+                                                           "moe_ep_rank", "dp_rank",     "priority"};
+
+// Why the identity strings and extra labels cannot all become Prometheus labels, naming the culprit;
+// nullopt when they can. An extra label may not be reserved: `le` (histogram buckets, SGLang's
+// routing-key gauges), `quantile` (summaries), `pid` (per-process gauges) or a "__" prefix.
+inline std::optional<std::string> identity_label_problem(const SegmentIdentity& identity) {
+  const std::pair<std::string_view, const std::string*> strings[] = {{"model name", &identity.model_name},
+                                                                     {"engine type", &identity.engine_type}};
+  for (const auto& [what, text] : strings) {
+    if (!is_valid_utf8(*text))
+      return std::string(what) + " " + quoted_for_message(*text) + " is not valid UTF-8";
+  }
+  for (std::size_t i = 0; i < identity.extra_labels.size(); ++i) {
+    const auto& [name, value] = identity.extra_labels[i];
+    const std::string label = "extra label " + quoted_for_message(name);
+    if (!is_valid_label_name(name)) {
+      return label + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, at most 64, no \"__\" prefix)";
+    }
+    if (name == "le" || name == "quantile" || name == "pid") {
+      return label + " is reserved (le: histogram buckets, quantile: summaries, pid: per-process gauges)";
+    }
+    for (const std::string_view identity_name : kIdentityLabelNames) {
+      if (name == identity_name) return label + " repeats an identity label the segment header sets";
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (identity.extra_labels[j].first == name) return label + " is given twice";
+    }
+    if (!is_valid_utf8(value) || value.find('\0') != std::string::npos) {
+      return label + " has a value that is not valid UTF-8 text: " + quoted_for_message(value);
+    }
+  }
+  return std::nullopt;
+}
+
 inline std::string errno_text(int error) {
   return std::string(std::strerror(error));
+}
+
+// "uid N (name)", or "uid N" when the user has no passwd entry.
+inline std::string describe_user(std::uint32_t uid) {
+  std::string out = "uid " + std::to_string(uid);
+  passwd entry{};
+  passwd* found = nullptr;
+  char buffer[4096];
+  if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) == 0 && found != nullptr)
+    out += std::string(" (") + found->pw_name + ")";
+  return out;
 }
 
 // Removes `path` only if it names the same inode as the open `fd`, so a newer generation renamed onto
@@ -179,6 +245,7 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
                 "rank key must be 1-47 characters of [A-Za-z0-9_-]: '" + rank_key + "'");
   }
   if (identity.role == Role::kUnknown) return fail(CreateError::kInvalidArgument, "role must be set");
+  if (auto problem = identity_label_problem(identity)) return fail(CreateError::kInvalidArgument, *problem);
   if (!is_power_of_two(g.ring_bytes) || g.ring_bytes < kMinRingBytes || g.ring_bytes > kMaxRingBytes ||
       g.max_record_bytes < sizeof(RecordHeader) || g.max_record_bytes > kMaxRecordBytes ||
       g.max_record_bytes > g.ring_bytes / 2) {
@@ -277,6 +344,22 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   cumulative->text_capacity = g.cumulative().text_bytes();
 
   shared(h.magic).store(kMagic, std::memory_order_release);
+  // Name squatting: another user may have created a file under this rank's name first. In a sticky
+  // directory (/dev/shm) the rename below would fail with a bare EPERM; elsewhere it would silently
+  // replace a file we do not own. Either way say who holds the name. (The check races with a squatter
+  // creating the file right now; the rename's own error still stops that case.)
+  if (struct stat target{};
+      ::lstat(path.c_str(), &target) == 0 && (!S_ISREG(target.st_mode) || target.st_uid != geteuid())) {
+    file.reset();
+    ::unlink(temporary.c_str());
+    return fail(CreateError::kPermission,
+                "cannot publish " + path + ": the name is taken by " +
+                    (S_ISREG(target.st_mode) ? "a file" : "something not a regular file") + " owned by " +
+                    describe_user(target.st_uid) + ", not by this process's user " +
+                    describe_user(geteuid()) +
+                    " (another user created it first?); remove it or use another "
+                    "segment directory");
+  }
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
     const int e = errno;
     file.reset();

@@ -1,0 +1,367 @@
+// Fleet scale: operator-set constant labels on every engine series of a real daemon (refused when they
+// collide with an engine label), the process_* self-metrics, two daemon "nodes" serving one engine whose
+// roll-ups a real Prometheus answers right (directly and through agents' remote_write), and the offline
+// checks of the Kubernetes base.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <boost/json/parse.hpp>
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "operations_support.hpp"
+
+using namespace rankstat::testkit;
+using namespace rankstat::ops_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The engine sample lines of an exposition (no comments, no rankstat_ or process_ self-metrics).
+std::vector<std::string> engine_samples(const std::string& exposition) {
+  std::vector<std::string> out;
+  std::istringstream lines(exposition);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line.starts_with('#') || line.starts_with("rankstat_") ||
+        line.starts_with("process_"))
+      continue;
+    out.push_back(line);
+  }
+  return out;
+}
+
+// The label names of one sample line, in the order written.
+std::vector<std::string> label_names(const std::string& sample) {
+  std::vector<std::string> names;
+  const auto open = sample.find('{');
+  if (open == std::string::npos) return names;
+  std::size_t at = open + 1;
+  while (at < sample.size() && sample[at] != '}') {
+    const auto equals = sample.find('=', at);
+    names.push_back(sample.substr(at, equals - at));
+    at = sample.find('"', equals + 2);  // the closing quote (test values hold no escaped quotes)
+    at += sample[at + 1] == ',' ? 2u : 1u;
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "every engine series of a daemon carries the constant labels from flags and environment, in name order") {
+  TempDir shm;
+  auto writer = start_writer(shm, {"--instance=fleet", "--tp=0", "--dp=1", "--running=3", "--events=4",
+                                   "--gauge=sglang:test_per_process:all:2", "--hold-seconds=60"});
+  REQUIRE(wait_until([&] { return shm.list().size() == 1; }, 10s));
+  ::setenv("RANKSTAT_LABEL_DEPLOYMENT", "llama", 1);
+  DaemonUnderTest daemon(shm.path(),
+                         {"--label.cluster=eu1", "--label.node", "gpu-a", "--label.instance=instance_id"});
+  ::unsetenv("RANKSTAT_LABEL_DEPLOYMENT");
+  std::string body;
+  REQUIRE(wait_until(
+      [&] {
+        auto r = daemon.get("/metrics");
+        body = r ? r->body : "";
+        return body.find("sglang:num_running_reqs{") != std::string::npos;
+      },
+      10s));
+  INFO(body);
+  const auto samples = engine_samples(body);
+  REQUIRE(samples.size() > 10);  // snapshot gauges, a declared counter, histogram buckets, a per-pid gauge
+  for (const std::string& sample : samples) {
+    INFO(sample);
+    CHECK(sample.find("cluster=\"eu1\"") != std::string::npos);
+    CHECK(sample.find("deployment=\"llama\"") != std::string::npos);
+    CHECK(sample.find("node=\"gpu-a\"") != std::string::npos);
+    CHECK(sample.find("instance_id=\"fleet\"") != std::string::npos);
+    const auto names = label_names(sample);
+    CHECK(std::is_sorted(names.begin(), names.end()));
+  }
+  CHECK(value_of(body, "sglang:num_running_reqs", {"node=\"gpu-a\"", "dp_rank=\"1\""}) == 3);
+  CHECK(value_of(body, "sglang:test_per_process", {"node=\"gpu-a\"", "pid=\""}) == 2);
+  // Self-metrics describe the daemon: Prometheus's target labels identify it, not the constant labels.
+  CHECK(body.find("rankstat_scrape_shadowed_constant_labels 0") != std::string::npos);
+  CHECK(daemon.stop() == 0);
+  writer->signal(SIGTERM);
+  CHECK(writer->wait_for(10s) == 0);
+}
+
+TEST_CASE(
+    "an engine label that a constant label shadows at run time keeps the engine's value, counted and logged "
+    "once") {
+  TempDir shm;
+  // The test writer's declared counter carries kind="unit".
+  auto writer = start_writer(shm, {"--instance=fleet", "--tp=0", "--events=2", "--hold-seconds=60"});
+  REQUIRE(wait_until([&] { return shm.list().size() == 1; }, 10s));
+  DaemonUnderTest daemon(shm.path(), {"--label.kind=operator", "--label.node=gpu-a"});
+  std::string body;
+  REQUIRE(wait_until(
+      [&] {
+        auto r = daemon.get("/metrics");
+        body = r ? r->body : "";
+        return body.find("sglang:test_events_total{") != std::string::npos;
+      },
+      10s));
+  INFO(body);
+  CHECK(value_of(body, "sglang:test_events_total", {"kind=\"unit\"", "node=\"gpu-a\""}) == 2);
+  CHECK(body.find("kind=\"operator\"") != std::string::npos);  // on the series without a kind of their own
+  CHECK(value_of(body, "rankstat_scrape_shadowed_constant_labels") == 1);
+  REQUIRE(daemon.get("/metrics"));
+  CHECK(daemon.stop() == 0);
+  const std::string log = daemon.log();
+  INFO(log);
+  const auto first = log.find("keep the engine's value");
+  CHECK(first != std::string::npos);
+  CHECK(log.find("keep the engine's value", first + 1) == std::string::npos);
+  writer->signal(SIGTERM);
+  CHECK(writer->wait_for(10s) == 0);
+}
+
+TEST_CASE("a constant label that collides with an engine label is refused at start with an error naming it") {
+  TempDir shm;
+  const std::string daemon = "timeout 10 " + binary_path("daemon/rankstatd") +
+                             " --web.listen-address=127.0.0.1:0 --shm.dir=" + shm.path();
+  std::string output;
+  CHECK(run_command(daemon + " --label.tp_rank=1 2>&1", &output) == 2);
+  CHECK(output.find("--label.tp_rank refused: 'tp_rank' collides with the engine label") !=
+        std::string::npos);
+  CHECK(run_command("RANKSTAT_LABEL_LE=1 " + daemon + " 2>&1", &output) == 2);
+  CHECK(output.find("RANKSTAT_LABEL_LE refused: 'le' is reserved") != std::string::npos);
+}
+
+TEST_CASE("the daemon serves the process_* families every exporter has, from /proc/self, each documented") {
+  TempDir shm;
+  DaemonUnderTest daemon(shm.path());
+  auto r = daemon.get("/metrics");
+  REQUIRE(r);
+  const std::string body = r->body;
+  INFO(body);
+  const std::string guide = read_file(source_path("docs/operations.md"));
+  for (const char* family :
+       {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+        "process_open_fds", "process_max_fds", "process_start_time_seconds"}) {
+    INFO(family);
+    CHECK(value_of(body, family).has_value());
+    CHECK(guide.find("| `" + std::string(family) + "` |") != std::string::npos);
+  }
+  CHECK(body.find("# TYPE process_cpu_seconds_total counter") != std::string::npos);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  CHECK(*value_of(body, "process_start_time_seconds") <= now + 1);
+  CHECK(*value_of(body, "process_start_time_seconds") > now - 60);  // the daemon started for this test
+  CHECK(*value_of(body, "process_resident_memory_bytes") > 1e6);
+  CHECK(*value_of(body, "process_open_fds") >= 4);  // std streams and the listener at least
+  CHECK(*value_of(body, "process_open_fds") <= *value_of(body, "process_max_fds"));
+  CHECK(daemon.stop() == 0);
+}
+
+namespace {
+
+std::string query_encode(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// A Prometheus server (Debian's /usr/bin/prometheus) on a loopback ephemeral port, in a private directory.
+class PrometheusUnderTest {
+ public:
+  // `config` is the prometheus.yml text; `extra` are more flags (agent mode, remote-write receiver).
+  PrometheusUnderTest(const std::string& config, const std::vector<std::string>& extra)
+      : port_(unused_port()) {
+    { std::ofstream(dir_.path() + "/prometheus.yml") << config; }
+    REQUIRE(run_command("cp " + source_path("deploy/prometheus/rankstat.fleet.rules.yml") + " " +
+                        dir_.path() + "/") == 0);
+    std::vector<std::string> argv = {
+        "/usr/bin/prometheus", "--config.file=" + dir_.path() + "/prometheus.yml",
+        "--web.listen-address=127.0.0.1:" + std::to_string(port_), "--log.level=warn"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    process_ =
+        std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{}, dir_.path() + "/log");
+    const bool ready = wait_until(
+        [&] {
+          const auto r = http_get("127.0.0.1", port_, "/-/ready");
+          return r && r->status == 200;
+        },
+        30s);
+    INFO(log());
+    REQUIRE(ready);
+  }
+  ~PrometheusUnderTest() {
+    process_->signal(SIGTERM);
+    process_->wait_for(20s);
+  }
+  PrometheusUnderTest(const PrometheusUnderTest&) = delete;
+  PrometheusUnderTest& operator=(const PrometheusUnderTest&) = delete;
+  int port() const { return port_; }
+  const std::string& dir() const { return dir_.path(); }
+  std::string log() const { return read_file(dir_.path() + "/log"); }
+  // The single value of an instant query, nullopt if it has not exactly one.
+  std::optional<double> scalar(const std::string& expr) {
+    const auto r = http_get("127.0.0.1", port_, "/api/v1/query?query=" + query_encode(expr));
+    if (!r || r->status != 200) return std::nullopt;
+    const auto doc = boost::json::parse(r->body).as_object();
+    const auto& result = doc.at("data").at("result").as_array();
+    if (result.size() != 1) return std::nullopt;
+    return std::stod(std::string(result[0].at("value").as_array()[1].as_string()));
+  }
+
+ private:
+  TempDir dir_{"rankstat-prometheus"};
+  int port_;
+  std::unique_ptr<ChildProcess> process_;
+};
+
+struct DpRank {
+  int dp;
+  int running;
+  int queue;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "two rankstatd nodes serving one engine roll up to the right numbers in Prometheus, scraped directly and "
+    "through agents remote-writing to a central server") {
+  // One decode engine (instance llama-r0) with four DP ranks, two per node.
+  // One decode engine (instance llama-r0) with four DP ranks, two per node. Each DP rank is its own TP
+  // group whose tp_rank 0 exports the scheduler gauges (SGLang's rule): the ranks differ in dp_rank.
+  const std::vector<DpRank> node_a = {{0, 4, 0}, {1, 3, 1}};
+  const std::vector<DpRank> node_b = {{2, 6, 2}, {3, 8, 0}};
+  TempDir shm_a("rankstat-node-a");
+  TempDir shm_b("rankstat-node-b");
+  std::vector<std::unique_ptr<ChildProcess>> writers;
+  for (const auto& [shm, ranks] : {std::pair{&shm_a, &node_a}, std::pair{&shm_b, &node_b}}) {
+    for (const DpRank& r : *ranks) {
+      writers.push_back(
+          start_writer(*shm, {"--instance=llama-r0", "--model=llama", "--tp=0",
+                              "--dp=" + std::to_string(r.dp), "--running=" + std::to_string(r.running),
+                              "--queue=" + std::to_string(r.queue), "--hold-seconds=120"}));
+    }
+  }
+  REQUIRE(wait_until([&] { return shm_a.list().size() == 2 && shm_b.list().size() == 2; }, 10s));
+  const std::vector<std::string> fleet = {"--label.cluster=eu1", "--label.deployment=llama",
+                                          "--label.pd_role=decode", "--label.instance=instance_id"};
+  auto node_flags = [&](const std::string& node, const std::string& rank) {
+    auto flags = fleet;
+    flags.push_back("--label.node=" + node);
+    flags.push_back("--label.node_rank=" + rank);
+    return flags;
+  };
+  DaemonUnderTest daemon_a(shm_a.path(), node_flags("a", "0"));
+  DaemonUnderTest daemon_b(shm_b.path(), node_flags("b", "1"));
+
+  // The expected roll-ups, from the writers' inputs (the test writer reports token_usage 0.25 and
+  // gen_throughput 100 + tp, here 100).
+  double running = 0, queue = 0, throughput = 0, max_load = 0, total_load = 0, ranks = 0;
+  for (const auto* node : {&node_a, &node_b}) {
+    for (const DpRank& r : *node) {
+      running += r.running;
+      queue += r.queue;
+      throughput += 100;
+      max_load = std::max<double>(max_load, r.running + r.queue);
+      total_load += r.running + r.queue;
+      ++ranks;
+    }
+  }
+  const std::vector<std::pair<std::string, double>> expected = {
+      {"deployment:sglang_num_running_reqs:sum{deployment=\"llama\", pd_role=\"decode\"}", running},
+      {"deployment:sglang_num_queue_reqs:sum{deployment=\"llama\"}", queue},
+      {"deployment:sglang_token_usage:avg{deployment=\"llama\"}", 0.25},
+      {"deployment:sglang_token_usage:max{deployment=\"llama\"}", 0.25},
+      {"deployment:sglang_gen_throughput:sum{deployment=\"llama\"}", throughput},
+      {"engine:sglang_dp_ranks:count{deployment=\"llama\", instance_id=\"llama-r0\"}", ranks},
+      {"engine:sglang_dp_load_imbalance:ratio{deployment=\"llama\", instance_id=\"llama-r0\"}",
+       max_load / (total_load / ranks)},
+      // Both nodes' series are there, each with its own node label.
+      {"count(count by (node, node_rank) (sglang:num_running_reqs{deployment=\"llama\"}))", 2},
+  };
+  auto check_rollups = [&](PrometheusUnderTest& prometheus) {
+    INFO("prometheus log:\n" << prometheus.log());
+    auto patience = 40s;  // the first answer waits for scrapes (or remote writes) and a rule evaluation
+    for (const auto& [expr, value] : expected) {
+      INFO(expr << " should be " << value);
+      std::optional<double> got;
+      CHECK(wait_until(
+          [&] {
+            got = prometheus.scalar(expr);
+            return got && std::fabs(*got - value) <= 1e-9 * std::max(1.0, std::fabs(value));
+          },
+          patience));
+      patience = 5s;
+      if (got) INFO("last answer " << *got);
+    }
+  };
+
+  const std::string targets_a = "127.0.0.1:" + std::to_string(daemon_a.port());
+  const std::string targets_b = "127.0.0.1:" + std::to_string(daemon_b.port());
+  SECTION("one Prometheus scrapes both nodes") {
+    const std::string config =
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "rule_files:\n  - rankstat.fleet.rules.yml\n"
+        "scrape_configs:\n  - job_name: rankstat\n    static_configs:\n"
+        "      - targets: ['" +
+        targets_a + "', '" + targets_b + "']\n";
+    TempDir data("rankstat-prometheus-data");
+    PrometheusUnderTest prometheus(config, {"--storage.tsdb.path=" + data.path()});
+    check_rollups(prometheus);
+  }
+  SECTION("a Prometheus agent per node remote-writes to a central Prometheus that holds the rules") {
+    const std::string central_config =
+        "global:\n  evaluation_interval: 1s\n"
+        "rule_files:\n  - rankstat.fleet.rules.yml\n";
+    TempDir data("rankstat-prometheus-data");
+    PrometheusUnderTest central(central_config,
+                                {"--storage.tsdb.path=" + data.path(), "--web.enable-remote-write-receiver"});
+    auto agent_config = [&](const std::string& target) {
+      return "global:\n  scrape_interval: 1s\n"
+             "scrape_configs:\n  - job_name: rankstat\n    static_configs:\n"
+             "      - targets: ['" +
+             target +
+             "']\n"
+             "remote_write:\n  - url: http://127.0.0.1:" +
+             std::to_string(central.port()) +
+             "/api/v1/write\n"
+             "    queue_config:\n      batch_send_deadline: 1s\n";
+    };
+    TempDir wal_a("rankstat-agent-a");
+    TempDir wal_b("rankstat-agent-b");
+    PrometheusUnderTest agent_a(agent_config(targets_a),
+                                {"--enable-feature=agent", "--storage.agent.path=" + wal_a.path()});
+    PrometheusUnderTest agent_b(agent_config(targets_b),
+                                {"--enable-feature=agent", "--storage.agent.path=" + wal_b.path()});
+    check_rollups(central);
+  }
+  CHECK(daemon_a.stop() == 0);
+  CHECK(daemon_b.stop() == 0);
+  for (auto& writer : writers) {
+    writer->signal(SIGTERM);
+    CHECK(writer->wait_for(10s) == 0);
+  }
+}
+
+TEST_CASE(
+    "the Kubernetes base parses, shares the segment tmpfs and pid namespace with the engine, and its "
+    "PrometheusRule holds the rule files' groups, which pass promtool") {
+  std::string output;
+  const int rc = run_command(
+      "timeout 90 python3 " + source_path("tests/integration/operations/check_kubernetes.py") + " 2>&1",
+      &output);
+  INFO(output);
+  CHECK(rc == 0);
+  CHECK(output.find("OK") != std::string::npos);
+}
