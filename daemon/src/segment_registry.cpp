@@ -44,8 +44,8 @@ SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired
     const std::uint64_t soft = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
                                    ? static_cast<std::uint64_t>(limit.rlim_cur)
                                    : 1u << 20;
-    // Keep a quarter (8 to 256) for the listener, HTTP connections, /proc reads and the state file.
-    const std::uint64_t reserve = std::clamp<std::uint64_t>(soft / 4, 8, 256);
+    // Keep a quarter (16 to 256) for the listener, HTTP connections, /proc reads and the state file.
+    const std::uint64_t reserve = std::clamp<std::uint64_t>(soft / 4, 16, 256);
     fd_budget_ = soft > reserve ? soft - reserve : 0;
   }
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
@@ -384,8 +384,11 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
           shm::shared(opened.file.header()->consumer_heartbeat_ns).load(std::memory_order_relaxed);
     });
     constexpr std::uint64_t kConsumerFreshNs = 10'000'000'000ull;
+    // The other consumer may have drained after `now_ns` was read: compare in both directions.
+    const std::uint64_t age =
+        now_ns >= consumer_heartbeat ? now_ns - consumer_heartbeat : consumer_heartbeat - now_ns;
     if (consumer != 0 && consumer != static_cast<std::uint32_t>(getpid()) && consumer_heartbeat != 0 &&
-        now_ns >= consumer_heartbeat && now_ns - consumer_heartbeat < kConsumerFreshNs &&
+        age < kConsumerFreshNs &&
         shm::probe_process_start(consumer).status == shm::ProcessStart::Status::kFound &&
         !warned_other_consumer_) {
       warned_other_consumer_ = true;

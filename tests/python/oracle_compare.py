@@ -124,6 +124,10 @@ class EngineOracleCase(unittest.TestCase):
             return stable
         wait_until(settled, 15, interval=0.5)
         self.assertIsNotNone(box["last"], "no scrape")
+        # One segment per process, however many collectors or loggers it built (no two of them open or
+        # rename over each other's segment).
+        segments = sorted(n for n in os.listdir(shm.path) if n.startswith("rankstat."))
+        self.assertEqual(len(segments), 1, f"{label}: one process should write one segment, found {segments}")
         with open(mine_json) as f:
             return box["last"], json.load(f)
 

@@ -96,8 +96,8 @@ typedef struct rankstat_permissions {
   uint32_t struct_size;
   uint32_t mode;     /* 0660 (default: the daemon's group may write), 0640 or 0600; never world-writable */
   const char* group; /* group name or numeric gid; NULL: $RANKSTAT_SHM_GROUP, else the process's group */
-  /* Appended after mode and group: the directory of this one segment; NULL or "": $RANKSTAT_SHM_DIR, else /dev/shm. Lets a
-   * process put reporters in different directories without changing its environment. */
+  /* Appended after mode and group: the directory of this one segment; NULL or "": $RANKSTAT_SHM_DIR, else
+   * /dev/shm. Lets a process put reporters in different directories without changing its environment. */
   const char* shm_dir;
 } rankstat_permissions;
 

@@ -55,15 +55,19 @@ TEST_CASE(
                                              "--pace-us=20000", "--seconds=120"}));
   }
   for (auto& w : writers) REQUIRE(w->wait_ready());
-  // 48 descriptors, soft and hard (the daemon cannot raise it): about two per rank are needed, so most of
-  // the 40 ranks cannot be opened or checked. A short grace and a state directory: a rank wrongly judged
-  // DEAD would be retired and its segment unlinked within the test.
-  WrappedDaemon daemon({"/usr/bin/prlimit", "--nofile=48:48", "--"}, shm.path(),
+  // 64 descriptors, soft and hard (the daemon cannot raise it): about two per rank are needed, so the 40
+  // ranks cannot all be opened (the daemon keeps 16 in reserve: a budget of 24 ranks). A short grace and a
+  // state directory: a rank wrongly judged DEAD would be retired and its segment unlinked within the test.
+  WrappedDaemon daemon({"/usr/bin/prlimit", "--nofile=64:64", "--"}, shm.path(),
                        {"--shm.scan-interval=100ms", "--liveness.interval=50ms",
                         "--liveness.dead-grace=500ms", "--state.dir=" + state.path()});
   REQUIRE(daemon.started());
   std::this_thread::sleep_for(4s);  // dozens of liveness passes and scans, many times the grace
-  CHECK(daemon.process().running());
+  {
+    const std::string log = daemon.log();
+    INFO(log.substr(log.size() > 3000 ? log.size() - 3000 : 0));
+    REQUIRE(daemon.process().running());
+  }
   CHECK(count_lines(daemon.log(), "DEAD") == 0);
   CHECK(count_lines(daemon.log(), "retired segment") == 0);
   CHECK(segment_files(shm) == kRanks);                          // nothing unlinked
@@ -71,8 +75,17 @@ TEST_CASE(
 
   // Idle HTTP connections take the descriptors the daemon kept in reserve: its /proc checks now fail
   // with EMFILE too, and must still not be taken for deaths.
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check probes memory through a pipe(2); out of descriptors, the probe fails and a valid
+  // object is reported as having an invalid vptr (a false positive that aborts the daemon). The real
+  // EMFILE phase runs in the dev and tsan builds; here the descriptor budget alone is exercised.
+  WARN("asan-ubsan build: the idle-connection phase (real EMFILE in the daemon) is skipped");
+  const bool siege = false;
+#else
+  const bool siege = true;
+#endif
   std::vector<int> idle;
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; siege && i < 40; ++i) {
     if (const int fd = connect_loopback(daemon.port()); fd >= 0) idle.push_back(fd);
   }
   std::this_thread::sleep_for(3s);
@@ -99,10 +112,11 @@ TEST_CASE(
         return true;
       },
       30s);
-  INFO(daemon.log().substr(0, 4000));
+  const std::string log = daemon.log();
+  INFO(log.substr(log.size() > 4000 ? log.size() - 4000 : 0));
   CHECK(all_served);
   CHECK(value_of(text, "rankstat_fd_exhaustion_total").value_or(0) > 0);
-  CHECK(value_of(text, "process_max_fds") == Approx(48));
+  CHECK(value_of(text, "process_max_fds") == Approx(64));
   CHECK(value_of(text, "rankstat_rank_state", {"state=\"DEAD\""}).value_or(0) == 0);
   // Every writer still running was never judged DEAD, first to last.
   for (int dp = 0; dp < kKeptRanks; ++dp) CHECK(writers[static_cast<std::size_t>(dp)]->process().running());
