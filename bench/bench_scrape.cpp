@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -162,15 +163,18 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 }
 
 int run_latency(const std::string& address, int count, int interval_ms, bool gzip) {
-  Client client(address);
+  // Connected after the first wait, as a scraper connects when it scrapes: rankstatd closes a connection
+  // that sends no request within its header timeout (--web.header-timeout) of being accepted.
+  std::optional<Client> client;
   std::vector<double> samples;
   std::size_t wire_bytes = 0;
   std::string last;
   bool encoded = false;
   for (int i = 0; i < count; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    if (!client) client.emplace(address);
     const auto start = std::chrono::steady_clock::now();
-    const std::string& body = client.get("/metrics", gzip, encoded);
+    const std::string& body = client->get("/metrics", gzip, encoded);
     samples.push_back(ms_since(start));
     wire_bytes = body.size();
     if (i + 1 == count) last = body;

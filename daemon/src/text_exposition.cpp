@@ -83,6 +83,15 @@ void append_client_value(std::string& out, double value) {
     out.append(value < 0 ? "-Inf" : "+Inf");
     return;
   }
+  // Most values are whole numbers (counts, tokens, bucket totals): repr() writes them as "<integer>.0",
+  // and floatToGoString keeps that below 1e6 (seven integer digits switch to Go's exponent form).
+  if (std::fabs(value) < 1e6 && value == std::trunc(value)) {
+    char buffer[24];
+    const auto r = std::to_chars(buffer, buffer + sizeof buffer, static_cast<std::int64_t>(value));
+    if (value == 0 && std::signbit(value)) out.push_back('-');
+    out.append(buffer, r.ptr).append(".0");
+    return;
+  }
   // Python's repr(): the shortest digits that read back as the same double, in fixed notation when the
   // decimal exponent is in [-4, 16), else d.ddde+XX; fixed notation always has a fractional part.
   char sci[40];
