@@ -412,14 +412,18 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // What evicting this connection would cost, lower first: 0 finished (lingering after its last
-  // response), 1 idle between requests, 2 still reading request headers, 3 reading a request body;
+  // response), 1 idle between requests, 2 still reading request headers (or not yet sent its first
+  // request), 3 reading a request body;
   // nullopt while handling or writing a response, which is never interrupted.
   std::optional<int> eviction_rank() const {
     switch (phase_) {
       case Phase::lingering:
         return 0;
       case Phase::awaiting_request:
-        return 1;
+        // A connection whose first request has not arrived yet is a newcomer, not an idle client: it
+        // ranks with the header readers (oldest first), so a flood of newcomers cannot evict a scraper
+        // that has just connected.
+        return first_request_ ? 2 : 1;
       case Phase::reading_header:
         return 2;
       case Phase::reading_body:
