@@ -386,7 +386,9 @@ TEST_CASE(
       open_at_end, static_cast<unsigned long long>(opened), static_cast<unsigned long long>(closed),
       served_ok, scrapes, latency_ms[latency_ms.size() / 2], latency_ms[latency_ms.size() * 99 / 100],
       latency_ms.back(), evicted_idle, evicted_reading, refused_per_peer, header_timeouts, rejected);
-  CHECK(scrapes >= 20);
+  // The promise is that every try is answered; how many tries fit in 8 s depends on the build (sanitizers
+  // slow the daemon several-fold), so only ask for one per second on average.
+  CHECK(scrapes >= 8);
   CHECK(served_ok == scrapes);
   CHECK(evicted_idle > 0);
   CHECK(refused_per_peer > 0);  // 64 one-byte connections from 127.0.0.2 against a limit of 8
