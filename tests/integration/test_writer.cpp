@@ -4,6 +4,8 @@
 //   rankstat_test_writer --instance I --tp T --dp D --running R --queue Q --events N [--flood-seconds S]
 //                        [--hold-seconds H] [--exit clean|abandon] [--gauge FAMILY:MODE:VALUE ...]
 //                        [--counter-every-ms M] [--stall] [--reports-per-ms N --report-seconds S]
+//                        [--extra NAME=VALUE ...] [--report-kind prefill|decode] [--pd-queues B,I,P,T]
+//                        [--observe FAMILY:VALUE ... --observe-every-ms M]
 // Prints "ready" on stdout once its values are published, and on exit a line
 // "appends=<n> dropped=<n> max_append_ns=<n> events=<n>" (events: total added to the test counter).
 #include <signal.h>
@@ -43,6 +45,11 @@ int main(int argc, char** argv) {
   std::string rank_key;
   int reports_per_ms = 0;
   double report_seconds = 0;
+  std::vector<std::string> extra_labels;
+  std::string report_kind = "decode";
+  std::vector<std::int64_t> pd_queues;
+  std::vector<std::string> observations;
+  int observe_every_ms = 100;
   CLI::App app{"rankstat integration-test writer"};
   app.add_option("--instance", instance);
   app.add_option("--model", model);
@@ -63,6 +70,16 @@ int main(int argc, char** argv) {
   app.add_option("--reports-per-ms", reports_per_ms,
                  "While holding, append this many snapshots every millisecond (a steady high rate)");
   app.add_option("--report-seconds", report_seconds, "For this long; then hold idle");
+  app.add_option("--extra", extra_labels, "NAME=VALUE: an extra label of the segment (repeatable)");
+  app.add_option("--report-kind", report_kind)->check(CLI::IsMember({"prefill", "decode"}));
+  app.add_option("--pd-queues", pd_queues,
+                 "The PD queues: prefill bootstrap, prefill inflight, decode prealloc, decode transfer")
+      ->expected(4)
+      ->delimiter(',');
+  app.add_option("--observe", observations,
+                 "FAMILY:VALUE: a histogram (bounds 0.1 .. 10) observing VALUE once at start and, while "
+                 "holding, every --observe-every-ms (repeatable)");
+  app.add_option("--observe-every-ms", observe_every_ms);
   CLI11_PARSE(app, argc, argv);
 
   struct sigaction action {};
@@ -77,6 +94,14 @@ int main(int argc, char** argv) {
   options.identity.moe_ep_rank = tp;
   options.identity.dp_rank = dp;
   options.identity.rank_key = rank_key;
+  for (const std::string& pair : extra_labels) {
+    const auto equals = pair.find('=');
+    if (equals == std::string::npos) {
+      std::fprintf(stderr, "bad --extra %s\n", pair.c_str());
+      return 2;
+    }
+    options.identity.extra_labels.emplace_back(pair.substr(0, equals), pair.substr(equals + 1));
+  }
   if (priorities) options.identity.flags |= rankstat::shm::kFlagPriorityScheduling;
   options.geometry.ring_bytes = 64 * 1024;
   rankstat::Reporter reporter;
@@ -124,8 +149,38 @@ int main(int argc, char** argv) {
     const std::string value = spec.substr(second + 1);
     if (value != "unset") reporter.gauge_set(id, std::stod(value));
   }
+  // Latency histograms with bounds like SGLang's first ones; each observes its value at a steady pace.
+  struct Observation {
+    std::uint32_t id;
+    double value;
+  };
+  std::vector<Observation> observed;
+  static constexpr double kLatencyBounds[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  for (const std::string& spec : observations) {
+    const auto colon = spec.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      std::fprintf(stderr, "bad --observe %s\n", spec.c_str());
+      return 2;
+    }
+    Observation o{0, std::stod(spec.substr(colon + 1))};
+    if (reporter.register_histogram(spec.substr(0, colon), {}, kLatencyBounds, o.id, "A test latency.") !=
+        rankstat::Status::kOk) {
+      std::fprintf(stderr, "register_histogram %s failed\n", spec.c_str());
+      return 2;
+    }
+    reporter.histogram_observe(o.id, o.value);
+    observed.push_back(o);
+  }
   rankstat::shm::SchedulerSnapshot s{};
-  s.report_kind = static_cast<std::uint32_t>(rankstat::shm::ReportKind::kDecode);
+  s.report_kind = static_cast<std::uint32_t>(report_kind == "prefill" ? rankstat::shm::ReportKind::kPrefill
+                                                                      : rankstat::shm::ReportKind::kDecode);
+  if (!pd_queues.empty()) {
+    s.groups |= rankstat::shm::kGroupDisaggregation;
+    s.num_prefill_bootstrap_queue_reqs = pd_queues[0];
+    s.num_prefill_inflight_queue_reqs = pd_queues[1];
+    s.num_decode_prealloc_queue_reqs = pd_queues[2];
+    s.num_decode_transfer_queue_reqs = pd_queues[3];
+  }
   s.num_running_reqs = running;
   s.num_queue_reqs = queue;
   s.token_usage = 0.25;
@@ -142,6 +197,7 @@ int main(int argc, char** argv) {
   std::uint64_t appends = 0;
   std::uint64_t max_append_ns = 0;
   const auto start = std::chrono::steady_clock::now();
+  auto next_observation = start + std::chrono::milliseconds(observe_every_ms);
   while (!g_stop.load()) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (elapsed >= std::max(hold_seconds, flood_seconds)) break;
@@ -166,6 +222,10 @@ int main(int argc, char** argv) {
       if (!stall) reporter.heartbeat();
       std::this_thread::sleep_for(std::chrono::milliseconds(counter_every_ms));
     } else {
+      if (!observed.empty() && std::chrono::steady_clock::now() >= next_observation) {
+        for (const Observation& o : observed) reporter.histogram_observe(o.id, o.value);
+        next_observation += std::chrono::milliseconds(observe_every_ms);
+      }
       if (!stall) reporter.heartbeat();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

@@ -1,7 +1,7 @@
 // Fleet scale: operator-set constant labels on every engine series of a real daemon (refused when they
-// collide with an engine label), the process_* self-metrics, two daemon "nodes" serving one engine whose
-// roll-ups a real Prometheus answers right (directly and through agents' remote_write), and the offline
-// checks of the Kubernetes base.
+// collide with an engine label), the process_* self-metrics, a PD pair whose TP and DP ranks span two
+// nodes' daemons and whose roll-ups a real Prometheus answers right (directly and through agents'
+// remote_write), and the offline checks of the Kubernetes base.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -226,96 +226,167 @@ class PrometheusUnderTest {
   std::unique_ptr<ChildProcess> process_;
 };
 
-struct DpRank {
+// One scheduler rank of the simulated fleet: which node and daemon it runs under and what it reports.
+struct FleetRank {
+  std::string instance;
   int dp;
+  int tp;
   int running;
   int queue;
+  std::string pd_queues;  // prefill bootstrap, prefill inflight, decode prealloc, decode transfer
+  double ttft_seconds;    // 0: observes nothing
 };
+
+// A rank with tp > 0 reports the same batch as its tp 0 peer; SGLang exports scheduler gauges from
+// tp 0 only, so these values must not show up in any roll-up (a double count would).
+constexpr int kNotExported = 99;
 
 }  // namespace
 
 TEST_CASE(
-    "two rankstatd nodes serving one engine roll up to the right numbers in Prometheus, scraped directly and "
-    "through agents remote-writing to a central server") {
-  // One decode engine (instance llama-r0) with four DP ranks, two per node.
-  // One decode engine (instance llama-r0) with four DP ranks, two per node. Each DP rank is its own TP
-  // group whose tp_rank 0 exports the scheduler gauges (SGLang's rule): the ranks differ in dp_rank.
-  const std::vector<DpRank> node_a = {{0, 4, 0}, {1, 3, 1}};
-  const std::vector<DpRank> node_b = {{2, 6, 2}, {3, 8, 0}};
-  TempDir shm_a("rankstat-node-a");
-  TempDir shm_b("rankstat-node-b");
-  std::vector<std::unique_ptr<ChildProcess>> writers;
-  for (const auto& [shm, ranks] : {std::pair{&shm_a, &node_a}, std::pair{&shm_b, &node_b}}) {
-    for (const DpRank& r : *ranks) {
-      writers.push_back(
-          start_writer(*shm, {"--instance=llama-r0", "--model=llama", "--tp=0",
-                              "--dp=" + std::to_string(r.dp), "--running=" + std::to_string(r.running),
-                              "--queue=" + std::to_string(r.queue), "--hold-seconds=120"}));
-    }
-  }
-  REQUIRE(wait_until([&] { return shm_a.list().size() == 2 && shm_b.list().size() == 2; }, 10s));
-  const std::vector<std::string> fleet = {"--label.cluster=eu1", "--label.deployment=llama",
-                                          "--label.pd_role=decode", "--label.instance=instance_id"};
-  auto node_flags = [&](const std::string& node, const std::string& rank) {
-    auto flags = fleet;
-    flags.push_back("--label.node=" + node);
-    flags.push_back("--label.node_rank=" + rank);
-    return flags;
+    "two rankstatd nodes serving a PD pair whose TP and DP ranks span both roll up to the right numbers in "
+    "Prometheus, scraped directly and through agents remote-writing to a central server") {
+  // The decode engine llama-r0 has four DP ranks, two per node, and DP ranks 0 and 2 are TP groups of two
+  // whose tp 1 runs on the other node. Its prefill peer llama-p0 has two DP ranks on node a, under a
+  // daemon of its own (one daemon per engine pod, so pd_role is the daemon's constant label). Node a's
+  // decode ranks answer the first token in 0.3 s, node b's in 3 s.
+  TempDir shm_a_decode("rankstat-node-a-decode");
+  TempDir shm_a_prefill("rankstat-node-a-prefill");
+  TempDir shm_b_decode("rankstat-node-b-decode");
+  const std::vector<std::pair<TempDir*, std::vector<FleetRank>>> placement = {
+      {&shm_a_decode,
+       {{"llama-r0", 0, 0, 4, 0, "0,0,1,2", 0.3},
+        {"llama-r0", 1, 0, 3, 1, "0,0,2,0", 0.3},
+        {"llama-r0", 2, 1, kNotExported, kNotExported, "0,0,99,99", 0}}},
+      {&shm_a_prefill, {{"llama-p0", 0, 0, 2, 5, "3,1,0,0", 0}, {"llama-p0", 1, 0, 1, 2, "4,0,0,0", 0}}},
+      {&shm_b_decode,
+       {{"llama-r0", 2, 0, 6, 2, "0,0,0,3", 3.0},
+        {"llama-r0", 3, 0, 8, 0, "0,0,1,1", 3.0},
+        {"llama-r0", 0, 1, kNotExported, kNotExported, "0,0,99,99", 0}}},
   };
-  DaemonUnderTest daemon_a(shm_a.path(), node_flags("a", "0"));
-  DaemonUnderTest daemon_b(shm_b.path(), node_flags("b", "1"));
-
-  // The expected roll-ups, from the writers' inputs (the test writer reports token_usage 0.25 and
-  // gen_throughput 100 + tp, here 100).
-  double running = 0, queue = 0, throughput = 0, max_load = 0, total_load = 0, ranks = 0;
-  for (const auto* node : {&node_a, &node_b}) {
-    for (const DpRank& r : *node) {
-      running += r.running;
-      queue += r.queue;
-      throughput += 100;
-      max_load = std::max<double>(max_load, r.running + r.queue);
-      total_load += r.running + r.queue;
-      ++ranks;
+  std::vector<std::unique_ptr<ChildProcess>> writers;
+  for (const auto& [shm, ranks] : placement) {
+    for (const FleetRank& r : ranks) {
+      std::vector<std::string> args = {
+          "--instance=" + r.instance,
+          "--model=llama",
+          "--tp=" + std::to_string(r.tp),
+          "--dp=" + std::to_string(r.dp),
+          "--running=" + std::to_string(r.running),
+          "--queue=" + std::to_string(r.queue),
+          "--pd-queues=" + r.pd_queues,
+          "--report-kind=" + std::string(r.instance == "llama-p0" ? "prefill" : "decode"),
+          "--hold-seconds=120"};
+      if (r.ttft_seconds > 0) {
+        args.push_back("--observe=sglang:time_to_first_token_seconds:" + std::to_string(r.ttft_seconds));
+        args.push_back("--observe-every-ms=50");
+      }
+      writers.push_back(start_writer(*shm, args));
     }
   }
-  const std::vector<std::pair<std::string, double>> expected = {
-      {"deployment:sglang_num_running_reqs:sum{deployment=\"llama\", pd_role=\"decode\"}", running},
-      {"deployment:sglang_num_queue_reqs:sum{deployment=\"llama\"}", queue},
-      {"deployment:sglang_token_usage:avg{deployment=\"llama\"}", 0.25},
-      {"deployment:sglang_token_usage:max{deployment=\"llama\"}", 0.25},
-      {"deployment:sglang_gen_throughput:sum{deployment=\"llama\"}", throughput},
-      {"engine:sglang_dp_ranks:count{deployment=\"llama\", instance_id=\"llama-r0\"}", ranks},
+  REQUIRE(wait_until(
+      [&] {
+        return shm_a_decode.list().size() == 3 && shm_a_prefill.list().size() == 2 &&
+               shm_b_decode.list().size() == 3;
+      },
+      10s));
+  auto node_flags = [](const std::string& node, const std::string& node_rank, const std::string& pd_role) {
+    return std::vector<std::string>{"--label.cluster=eu1",        "--label.deployment=llama",
+                                    "--label.pd_role=" + pd_role, "--label.instance=instance_id",
+                                    "--label.node=" + node,       "--label.node_rank=" + node_rank};
+  };
+  DaemonUnderTest daemon_a_decode(shm_a_decode.path(), node_flags("a", "0", "decode"));
+  DaemonUnderTest daemon_a_prefill(shm_a_prefill.path(), node_flags("a", "0", "prefill"));
+  DaemonUnderTest daemon_b_decode(shm_b_decode.path(), node_flags("b", "1", "decode"));
+
+  // The expected roll-ups, computed from the ranks above (the test writer reports token_usage 0.25 and
+  // gen_throughput 100 + tp, so 100 from every exporting rank).
+  std::map<std::string, double> running, queue, bootstrap, inflight, prealloc, transfer;
+  double decode_throughput = 0, decode_ranks = 0, decode_total_load = 0, decode_max_load = 0;
+  for (const auto& [shm, ranks] : placement) {
+    for (const FleetRank& r : ranks) {
+      if (r.tp != 0) continue;
+      const std::string role = r.instance == "llama-p0" ? "prefill" : "decode";
+      int q[4] = {};
+      std::sscanf(r.pd_queues.c_str(), "%d,%d,%d,%d", &q[0], &q[1], &q[2], &q[3]);
+      running[role] += r.running;
+      queue[role] += r.queue;
+      bootstrap[role] += q[0];
+      inflight[role] += q[1];
+      prealloc[role] += q[2];
+      transfer[role] += q[3];
+      if (role != "decode") continue;
+      decode_throughput += 100;
+      decode_ranks += 1;
+      decode_total_load += r.running + r.queue;
+      decode_max_load = std::max<double>(decode_max_load, r.running + r.queue);
+    }
+  }
+  // TTFT: the decode ranks observe 0.3 s (node a) and 3 s (node b) at one pace, so half the summed
+  // observations fall at or below le="0.5" and all at or below le="5". The 0.9 quantile interpolates in
+  // (2.5, 5]: 2.5 + 2.5 * (0.9 - 0.5) / 0.5 = 4.5. The two nodes' rates are not exactly equal (scrape
+  // timing), hence the tolerance; an average of the per-node 0.9 quantiles would be far off (~1.7).
+  const double ttft_p90 = 2.5 + 2.5 * (0.9 - 0.5) / 0.5;
+  struct Expectation {
+    std::string expr;
+    double value;
+    double tolerance;
+  };
+  const std::string decode = "{deployment=\"llama\", pd_role=\"decode\"}";
+  const std::string prefill = "{deployment=\"llama\", pd_role=\"prefill\"}";
+  const std::vector<Expectation> expected = {
+      {"deployment:sglang_num_running_reqs:sum" + decode, running["decode"], 0},
+      {"deployment:sglang_num_running_reqs:sum" + prefill, running["prefill"], 0},
+      {"deployment:sglang_num_queue_reqs:sum" + decode, queue["decode"], 0},
+      {"deployment:sglang_num_queue_reqs:sum" + prefill, queue["prefill"], 0},
+      {"deployment:sglang_token_usage:avg" + decode, 0.25, 0},
+      {"deployment:sglang_token_usage:max" + decode, 0.25, 0},
+      {"deployment:sglang_gen_throughput:sum" + decode, decode_throughput, 0},
+      {"engine:sglang_dp_ranks:count{deployment=\"llama\", instance_id=\"llama-r0\"}", decode_ranks, 0},
+      {"engine:sglang_dp_ranks:count{deployment=\"llama\", instance_id=\"llama-p0\"}", 2, 0},
       {"engine:sglang_dp_load_imbalance:ratio{deployment=\"llama\", instance_id=\"llama-r0\"}",
-       max_load / (total_load / ranks)},
-      // Both nodes' series are there, each with its own node label.
-      {"count(count by (node, node_rank) (sglang:num_running_reqs{deployment=\"llama\"}))", 2},
+       decode_max_load / (decode_total_load / decode_ranks), 0},
+      {"deployment:sglang_num_prefill_bootstrap_queue_reqs:sum" + prefill, bootstrap["prefill"], 0},
+      {"deployment:sglang_num_prefill_inflight_queue_reqs:sum" + prefill, inflight["prefill"], 0},
+      {"deployment:sglang_num_decode_prealloc_queue_reqs:sum" + decode, prealloc["decode"], 0},
+      {"deployment:sglang_num_decode_transfer_queue_reqs:sum" + decode, transfer["decode"], 0},
+      {"deployment:sglang_time_to_first_token_seconds:quantile{deployment=\"llama\", pd_role=\"decode\", "
+       "quantile=\"0.9\"}",
+       ttft_p90, 0.2},
+      // Both nodes' decode series are there, each with its own node label.
+      {"count(count by (node, node_rank) (sglang:num_running_reqs" + decode + "))", 2, 0},
   };
   auto check_rollups = [&](PrometheusUnderTest& prometheus) {
     INFO("prometheus log:\n" << prometheus.log());
     auto patience = 40s;  // the first answer waits for scrapes (or remote writes) and a rule evaluation
-    for (const auto& [expr, value] : expected) {
+    for (const auto& [expr, value, tolerance] : expected) {
       INFO(expr << " should be " << value);
       std::optional<double> got;
-      CHECK(wait_until(
+      const bool answered = wait_until(
           [&] {
             got = prometheus.scalar(expr);
-            return got && std::fabs(*got - value) <= 1e-9 * std::max(1.0, std::fabs(value));
+            return got &&
+                   std::fabs(*got - value) <= std::max(tolerance, 1e-9 * std::max(1.0, std::fabs(value)));
           },
-          patience));
+          patience);
       patience = 5s;
-      if (got) INFO("last answer " << *got);
+      INFO("last answer " << (got ? std::to_string(*got) : std::string("none")));
+      CHECK(answered);
     }
   };
 
-  const std::string targets_a = "127.0.0.1:" + std::to_string(daemon_a.port());
-  const std::string targets_b = "127.0.0.1:" + std::to_string(daemon_b.port());
+  auto target = [](const DaemonUnderTest& daemon) {
+    return "'127.0.0.1:" + std::to_string(daemon.port()) + "'";
+  };
+  const std::string targets_a = target(daemon_a_decode) + ", " + target(daemon_a_prefill);
+  const std::string targets_b = target(daemon_b_decode);
   SECTION("one Prometheus scrapes both nodes") {
     const std::string config =
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "rule_files:\n  - rankstat.fleet.rules.yml\n"
         "scrape_configs:\n  - job_name: rankstat\n    static_configs:\n"
-        "      - targets: ['" +
-        targets_a + "', '" + targets_b + "']\n";
+        "      - targets: [" +
+        targets_a + ", " + targets_b + "]\n";
     TempDir data("rankstat-prometheus-data");
     PrometheusUnderTest prometheus(config, {"--storage.tsdb.path=" + data.path()});
     check_rollups(prometheus);
@@ -327,12 +398,12 @@ TEST_CASE(
     TempDir data("rankstat-prometheus-data");
     PrometheusUnderTest central(central_config,
                                 {"--storage.tsdb.path=" + data.path(), "--web.enable-remote-write-receiver"});
-    auto agent_config = [&](const std::string& target) {
+    auto agent_config = [&](const std::string& targets) {
       return "global:\n  scrape_interval: 1s\n"
              "scrape_configs:\n  - job_name: rankstat\n    static_configs:\n"
-             "      - targets: ['" +
-             target +
-             "']\n"
+             "      - targets: [" +
+             targets +
+             "]\n"
              "remote_write:\n  - url: http://127.0.0.1:" +
              std::to_string(central.port()) +
              "/api/v1/write\n"
@@ -346,8 +417,9 @@ TEST_CASE(
                                 {"--enable-feature=agent", "--storage.agent.path=" + wal_b.path()});
     check_rollups(central);
   }
-  CHECK(daemon_a.stop() == 0);
-  CHECK(daemon_b.stop() == 0);
+  CHECK(daemon_a_decode.stop() == 0);
+  CHECK(daemon_a_prefill.stop() == 0);
+  CHECK(daemon_b_decode.stop() == 0);
   for (auto& writer : writers) {
     writer->signal(SIGTERM);
     CHECK(writer->wait_for(10s) == 0);
