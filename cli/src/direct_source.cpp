@@ -44,31 +44,6 @@ boost::json::value number_or_null(double v) {
   return nullptr;
 }
 
-// Header strings are a writer's bytes: each byte that is not part of valid UTF-8 becomes U+FFFD, so the
-// document stays JSON. The daemon's /api/v1/ranks makes the same replacement (api_json.cpp
-// json_safe_text); the CLI does not link the daemon, hence this twin.
-std::string json_text(std::string_view text) {
-  if (shm::is_valid_utf8(text)) return std::string(text);
-  std::string out;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const std::size_t length = lead < 0x80                    ? 1
-                               : lead >= 0xC2 && lead <= 0xDF ? 2
-                               : lead >= 0xE0 && lead <= 0xEF ? 3
-                               : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                              : 0;
-    if (length != 0 && i + length <= text.size() && shm::is_valid_utf8(text.substr(i, length))) {
-      out.append(text.substr(i, length));
-      i += length;
-    } else {
-      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER
-      ++i;
-    }
-  }
-  return out;
-}
-
 double seconds_between(std::uint64_t earlier_ns, std::uint64_t later_ns) {
   return later_ns > earlier_ns ? static_cast<double>(later_ns - earlier_ns) / 1e9 : 0.0;
 }
@@ -169,7 +144,7 @@ class DirectSource final : public RankSource {
   // The ranks document around `ranks` (summaries, or details when `details`), as the daemon answers it.
   boost::json::object document(boost::json::array ranks, bool details) const {
     boost::json::object doc;
-    doc["shm_dir"] = json_text(options_.shm_dir);
+    doc["shm_dir"] = shm::replace_invalid_utf8(options_.shm_dir);
     doc["ranks"] = std::move(ranks);
     boost::json::object rejected;
     for (const auto& [reason, count] : rejected_) rejected[reason] = count;
@@ -330,11 +305,11 @@ class DirectSource final : public RankSource {
     const shm::ProducerState p = producer(o);
     boost::json::object out;
     out["id"] = o.id;
-    out["instance"] = json_text(h.instance);
+    out["instance"] = shm::replace_invalid_utf8(h.instance);
     out["role"] = shm::role_name(static_cast<shm::Role>(h.role));
-    out["rank_key"] = json_text(h.rank_key);
-    out["model_name"] = json_text(h.model_name);
-    out["engine_type"] = json_text(h.engine_type);
+    out["rank_key"] = shm::replace_invalid_utf8(h.rank_key);
+    out["model_name"] = shm::replace_invalid_utf8(h.model_name);
+    out["engine_type"] = shm::replace_invalid_utf8(h.engine_type);
     boost::json::object ranks;
     for (const auto& [name, value] : shm::rank_numbers(h)) {
       if (value == shm::kRankUnset) {

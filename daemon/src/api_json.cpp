@@ -17,40 +17,17 @@ boost::json::value number_or_null(double v) {
 
 }  // namespace
 
-std::string json_safe_text(std::string_view text) {
-  if (shm::is_valid_utf8(text)) return std::string(text);
-  std::string out;
-  out.reserve(text.size() + 8);
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const std::size_t length = lead < 0x80                    ? 1
-                               : lead >= 0xC2 && lead <= 0xDF ? 2
-                               : lead >= 0xE0 && lead <= 0xEF ? 3
-                               : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                              : 0;
-    if (length != 0 && i + length <= text.size() && shm::is_valid_utf8(text.substr(i, length))) {
-      out.append(text.substr(i, length));
-      i += length;
-    } else {
-      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER, one per invalid byte
-      ++i;
-    }
-  }
-  return out;
-}
-
 boost::json::object rank_summary_json(const RankSegment& s, std::uint64_t now_ns) {
   const shm::SegmentHeader& h = s.identity();
   const shm::ProducerState p = s.producer();
   boost::json::object o;
   o["id"] = s.id();
   // Header strings are the rank's bytes: replaced where not UTF-8, so that the document stays JSON.
-  o["instance"] = json_safe_text(h.instance);
+  o["instance"] = shm::replace_invalid_utf8(h.instance);
   o["role"] = shm::role_name(static_cast<shm::Role>(h.role));
-  o["rank_key"] = json_safe_text(h.rank_key);
-  o["model_name"] = json_safe_text(h.model_name);
-  o["engine_type"] = json_safe_text(h.engine_type);
+  o["rank_key"] = shm::replace_invalid_utf8(h.rank_key);
+  o["model_name"] = shm::replace_invalid_utf8(h.model_name);
+  o["engine_type"] = shm::replace_invalid_utf8(h.engine_type);
   boost::json::object ranks;
   for (const auto& [name, value] : shm::rank_numbers(h)) {
     if (value == shm::kRankUnset) {
@@ -174,7 +151,7 @@ boost::json::object rank_detail_json(const RankSegment& s, std::uint64_t now_ns)
 
 std::string ranks_json(const SegmentRegistry& registry, std::uint64_t now_ns, bool details) {
   boost::json::object doc;
-  doc["shm_dir"] = json_safe_text(registry.directory());
+  doc["shm_dir"] = shm::replace_invalid_utf8(registry.directory());
   boost::json::array ranks;
   for (const RankSegment* s : registry.current()) {
     ranks.push_back(details ? rank_detail_json(*s, now_ns) : rank_summary_json(*s, now_ns));

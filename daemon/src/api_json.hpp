@@ -13,10 +13,8 @@
 
 namespace rankstat {
 
-// `text` with every byte that is not part of a valid UTF-8 sequence replaced by U+FFFD, so that a
-// document holding it is valid JSON (Boost.JSON copies string bytes as they are). Segment header
-// strings and request paths go through it.
-std::string json_safe_text(std::string_view text);
+// Segment header strings and request paths go into documents through shm::replace_invalid_utf8:
+// Boost.JSON copies string bytes as they are, so invalid UTF-8 would make the document invalid JSON.
 
 // Summary of one generation: identity, liveness, ring health.
 boost::json::object rank_summary_json(const RankSegment& segment, std::uint64_t now_ns);

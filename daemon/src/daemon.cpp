@@ -493,8 +493,8 @@ struct Daemon::State {
         return json_response(200, boost::json::serialize(rank_detail_json(*s, now_ns)));
       }
       // Serialized, not pasted: the id comes from the request and may hold quotes or backslashes.
-      return json_response(404, boost::json::serialize(boost::json::object{{"error", "no such rank"},
-                                                                           {"id", json_safe_text(id)}}));
+      return json_response(404, boost::json::serialize(boost::json::object{
+                                    {"error", "no such rank"}, {"id", shm::replace_invalid_utf8(id)}}));
     }
     return text_response(404, "not found: try " + config.telemetry_path + "\n");
   }

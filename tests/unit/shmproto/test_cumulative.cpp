@@ -529,3 +529,22 @@ TEST_CASE("A reader never accepts a torn gauge or histogram while a writer threa
   reader.read_value(*gauge_info, value);
   CHECK(value.value == static_cast<double>(kUpdates - 1));
 }
+
+TEST_CASE("strict UTF-8 is recognised and every invalid byte of a writer's string becomes one U+FFFD") {
+  using rankstat::shm::is_valid_utf8;
+  using rankstat::shm::replace_invalid_utf8;
+  const std::string replacement = "\xEF\xBF\xBD";
+  CHECK(is_valid_utf8("llama-3 \xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80"));  // é € 😀
+  CHECK_FALSE(is_valid_utf8("\xC0\xAF"));                                // overlong '/'
+  CHECK_FALSE(is_valid_utf8("\xED\xA0\x80"));                            // a surrogate
+  CHECK_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));                        // above U+10FFFF
+  CHECK_FALSE(is_valid_utf8("\xE2\x82"));                                // cut short
+  CHECK(replace_invalid_utf8("llama \xC3\xA9") == "llama \xC3\xA9");
+  CHECK(replace_invalid_utf8("a\xFF"
+                             "b") == "a" + replacement + "b");
+  CHECK(replace_invalid_utf8("\xC0\xAF") == replacement + replacement);
+  CHECK(replace_invalid_utf8("x\xE2\x82") == "x" + replacement + replacement);
+  CHECK(replace_invalid_utf8("\xE2\x82\xAC\xED\xA0\x80!") ==
+        "\xE2\x82\xAC" + replacement + replacement + replacement + "!");
+  CHECK(is_valid_utf8(replace_invalid_utf8(std::string("\x80\x81\xFE\xFF\0z", 6))));
+}

@@ -94,6 +94,31 @@ inline bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+// `text` with each byte that is not part of a strict UTF-8 sequence replaced by U+FFFD: header strings
+// are a writer's bytes, and a JSON document or a log line built from them must stay valid.
+inline std::string replace_invalid_utf8(std::string_view text) {
+  if (is_valid_utf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + 8);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const std::size_t length = lead < 0x80                    ? 1
+                               : lead >= 0xC2 && lead <= 0xDF ? 2
+                               : lead >= 0xE0 && lead <= 0xEF ? 3
+                               : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                              : 0;
+    if (length != 0 && i + length <= text.size() && is_valid_utf8(text.substr(i, length))) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER, one per invalid byte
+      ++i;
+    }
+  }
+  return out;
+}
+
 using LabelPairs = std::vector<std::pair<std::string, std::string>>;
 
 // What a series of `kind` may carry as its own labels: valid names, each once, none the exposition
