@@ -23,6 +23,9 @@ packages=(
   python3-yaml
   # Headers for the CPython extension rankstat._fastpath (client/pyext).
   python3-dev
+  # The Debian package (scripts/check-package.sh): cpack -G DEB finds the ELF files with `file` and the
+  # library dependencies with dpkg-shlibdeps (dpkg-dev).
+  dpkg-dev file
 )
 
 missing=()

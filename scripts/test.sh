@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs dependencies, then builds and tests
-# the dev, asan-ubsan and tsan presets, smoke-runs the benchmarks, and fuzzes the shared-memory parsers
-# for a bounded time (the fuzz preset of tests/fuzz, clang + libFuzzer; docs/testing.md).
+# the dev, asan-ubsan and tsan presets, smoke-runs the benchmarks, checks the install and the Debian
+# package (scripts/check-package.sh), and fuzzes the shared-memory parsers for a bounded time (the fuzz
+# preset of tests/fuzz, clang + libFuzzer; docs/testing.md).
 #   scripts/test.sh            everything (what CI runs)
 #   scripts/test.sh dev        one preset only (dev, asan-ubsan, tsan, release or fuzz)
 set -euo pipefail
@@ -49,6 +50,8 @@ for preset in "${presets[@]}"; do
     python=/usr/bin/python3
     [[ -x ${python} ]] || python=python3
     "${python}" bench/run_bench.py --build build/release --quick >/dev/null
+    echo "=== release: the installed tree and the Debian package (scripts/check-package.sh)"
+    bash scripts/check-package.sh build/release
   fi
 done
 echo "=== all presets passed: ${presets[*]}"
