@@ -526,6 +526,12 @@ TEST_CASE(
   CHECK(elapsed >= 250ms);
   CHECK(elapsed < 3s);
   CHECK(dripping.received().empty());
+  // Beast closes the socket when the deadline fires and completes the read afterwards, so the client
+  // can see the close just before the server counts it.
+  const auto counted_by = std::chrono::steady_clock::now() + 2s;
+  while (running.server().header_timeouts_total() < 2 && std::chrono::steady_clock::now() < counted_by) {
+    std::this_thread::sleep_for(5ms);
+  }
   CHECK(running.server().header_timeouts_total() == 2);
 }
 

@@ -8,10 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -466,4 +470,109 @@ TEST_CASE("The layout hasher separates names, offsets and sizes unambiguously", 
   CHECK(LayoutHasher().add("ab").add("c").value() != LayoutHasher().add("a").add("bc").value());
   CHECK(LayoutHasher().field("tail", 1024, 8).value() != LayoutHasher().field("tail", 1032, 8).value());
   CHECK(LayoutHasher().add("x").value() == LayoutHasher().add("x").value());
+}
+
+namespace {
+
+template <std::size_t N>
+void append_table(std::string& out, const char* title, std::size_t bytes, const shm::FieldInfo (&fields)[N]) {
+  out += "### `" + std::string(title) + "` (" + std::to_string(bytes) + " bytes)\n\n";
+  out += "| offset | bytes | field |\n|---:|---:|---|\n";
+  for (const shm::FieldInfo& f : fields) {
+    out += "| " + std::to_string(f.offset) + " | " + std::to_string(f.size) + " | " +
+           (f.reserved ? std::string("reserved") : "`" + std::string(f.name) + "`") + " |\n";
+  }
+  out += "\n";
+}
+
+// The generated part of docs/shm-layout.md: every structure's field list as a table.
+std::string field_offset_tables() {
+  std::string out;
+  append_table(out, "SegmentHeader", sizeof(shm::SegmentHeader), shm::kSegmentHeaderFields);
+  append_table(out, "RecordHeader", sizeof(shm::RecordHeader), shm::kRecordHeaderFields);
+  append_table(out, "SeriesUpdateRecord", sizeof(shm::SeriesUpdateRecord), shm::kSeriesUpdateRecordFields);
+  append_table(out, "CumulativeHeader", sizeof(shm::CumulativeHeader), shm::kCumulativeHeaderFields);
+  append_table(out, "SeriesDescriptor", sizeof(shm::SeriesDescriptor), shm::kSeriesDescriptorFields);
+  append_table(out, "PriorityCount", sizeof(shm::PriorityCount), shm::kPriorityCountFields);
+  out += "### `SchedulerSnapshot` (" + std::to_string(sizeof(shm::SchedulerSnapshot)) +
+         " bytes, then `priority_count` × `PriorityCount`)\n\n";
+  out += "| offset | bytes | field |\n|---:|---:|---|\n";
+  out += "| 0 | 4 | `report_kind` |\n| 4 | 4 | `priority_count` |\n| 8 | 8 | `groups` |\n";
+  for (const shm::ScalarField& f : shm::kSchedulerScalarFields) {
+    out += "| " + std::to_string(f.offset) + " | 8 | `" + f.name + "` (" +
+           (f.type == shm::FieldType::kI64 ? "i64" : "f64") + ") |\n";
+  }
+  out += "| " + std::to_string(offsetof(shm::SchedulerSnapshot, routing_key_running_req_counts)) + " | " +
+         std::to_string(sizeof(shm::SchedulerSnapshot::routing_key_running_req_counts)) +
+         " | `routing_key_running_req_counts` (u64 × " + std::to_string(shm::kRoutingKeyBins) + ") |\n";
+  out += "| " + std::to_string(offsetof(shm::SchedulerSnapshot, routing_key_all_req_counts)) + " | " +
+         std::to_string(sizeof(shm::SchedulerSnapshot::routing_key_all_req_counts)) +
+         " | `routing_key_all_req_counts` (u64 × " + std::to_string(shm::kRoutingKeyBins) + ") |\n";
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("docs/shm-layout.md's offset tables are generated from the field lists and current",
+          "[layout][docs]") {
+  constexpr std::string_view kBegin = "<!-- field tables: begin -->\n";
+  constexpr std::string_view kEnd = "<!-- field tables: end -->\n";
+  const std::string path = std::string(RANKSTAT_SOURCE_DIR) + "/docs/shm-layout.md";
+  std::string doc = read_text(path);
+  REQUIRE_FALSE(doc.empty());
+  const auto begin = doc.find(kBegin);
+  const auto end = doc.find(kEnd);
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  REQUIRE(begin < end);
+  const std::string expected = field_offset_tables();
+  const std::string current = doc.substr(begin + kBegin.size(), end - begin - kBegin.size());
+  if (current != expected) {
+    if (const char* update = std::getenv("RANKSTAT_UPDATE_GOLDEN");
+        update != nullptr && update == std::string("1")) {
+      doc.replace(begin + kBegin.size(), current.size(), expected);
+      std::ofstream(path) << doc;
+    }
+  }
+  INFO("regenerate with RANKSTAT_UPDATE_GOLDEN=1 test_shmproto '[docs]'; expected:\n" << expected);
+  CHECK(current == expected);
+}
+
+TEST_CASE("every structure's field list covers it byte for byte and is in offset order", "[layout]") {
+  STATIC_REQUIRE(shm::fields_tile(shm::kSegmentHeaderFields, sizeof(shm::SegmentHeader)));
+  STATIC_REQUIRE(shm::fields_tile(shm::kCumulativeHeaderFields, sizeof(shm::CumulativeHeader)));
+  STATIC_REQUIRE(shm::snapshot_fields_tile());
+  // The check itself rejects a gap, an overlap and a short list.
+  constexpr shm::FieldInfo gap[] = {{"a", 0, 4, false}, {"b", 8, 8, false}};
+  constexpr shm::FieldInfo overlap[] = {{"a", 0, 8, false}, {"b", 4, 8, false}};
+  constexpr shm::FieldInfo whole[] = {{"a", 0, 8, false}, {"b", 8, 8, true}};
+  STATIC_REQUIRE_FALSE(shm::fields_tile(gap, 16));
+  STATIC_REQUIRE_FALSE(shm::fields_tile(overlap, 16));
+  STATIC_REQUIRE_FALSE(shm::fields_tile(whole, 24));
+  STATIC_REQUIRE(shm::fields_tile(whole, 16));
+}
+
+TEST_CASE("the layout hash covers the values of every enumeration a segment stores", "[layout][hash]") {
+  // Renumbering any one value changes the hash: the hash of the list with one value changed differs.
+  auto hash_values = [](std::span<const shm::NamedValue> values) {
+    shm::LayoutHasher h;
+    for (const auto& v : values) h.add(v.name).add(v.value);
+    return h.value();
+  };
+  std::vector<shm::NamedValue> values(std::begin(shm::kContractValues), std::end(shm::kContractValues));
+  const std::uint64_t original = hash_values(values);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    auto changed = values;
+    changed[i].value += 1;
+    INFO(values[i].name);
+    CHECK(hash_values(changed) != original);
+  }
+  CHECK(std::any_of(values.begin(), values.end(), [](const shm::NamedValue& v) {
+    return std::string_view(v.name) == "QueueId::kDecodeTransfer";
+  }));
 }

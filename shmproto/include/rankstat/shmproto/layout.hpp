@@ -44,6 +44,44 @@ inline constexpr std::uint32_t kMaxRecordTypes = 8;  // latest_record_position s
 
 inline constexpr std::int32_t kRankUnset = -1;
 
+// --- one field list per structure ------------------------------------------------------------------
+//
+// Each structure below is followed by its field list, an X-macro written once: F(T, member, offset) for
+// a field the contract gives meaning to, R(T, member, offset) for reserved bytes. From the list come the
+// offset asserts, a table (FieldInfo) from which the layout hash (schema.hpp) and the docs' offset
+// tables are made, and a check that the listed fields tile the structure: a field added to a struct but
+// not to its list, or a gap, does not compile. tests/unit/shmproto/test_layout.cpp keeps an independent,
+// hand-written copy of every structure as the cross-check.
+struct FieldInfo {
+  const char* name;
+  std::uint64_t offset;
+  std::uint64_t size;
+  bool reserved;
+};
+
+// Whether `fields`, in order, cover [0, total) exactly once.
+template <std::size_t N>
+constexpr bool fields_tile(const FieldInfo (&fields)[N], std::uint64_t total) {
+  std::uint64_t at = 0;
+  for (const FieldInfo& f : fields) {
+    if (f.offset != at) return false;
+    at += f.size;
+  }
+  return at == total;
+}
+
+#define RANKSTAT_LAYOUT_ASSERT(T, member, offset) \
+  static_assert(offsetof(T, member) == (offset), #T "::" #member " moved");
+#define RANKSTAT_LAYOUT_FIELD(T, member, offset) \
+  FieldInfo{#member, offsetof(T, member), sizeof(T::member), false},
+#define RANKSTAT_LAYOUT_RESERVED(T, member, offset) \
+  FieldInfo{#member, offsetof(T, member), sizeof(T::member), true},
+// Expands a structure's list into its asserts and its table k<T>Fields, and checks the tiling.
+#define RANKSTAT_DEFINE_LAYOUT(T, LIST)                                                                   \
+  LIST(T, RANKSTAT_LAYOUT_ASSERT, RANKSTAT_LAYOUT_ASSERT)                                                 \
+  inline constexpr FieldInfo k##T##Fields[] = {LIST(T, RANKSTAT_LAYOUT_FIELD, RANKSTAT_LAYOUT_RESERVED)}; \
+  static_assert(fields_tile(k##T##Fields, sizeof(T)), #T "'s field list misses a field or leaves a gap");
+
 enum class SegmentState : std::uint32_t {
   kInitializing = 0,  // never visible under the final name: creation happens under a temporary name
   kReady = 1,
@@ -130,50 +168,25 @@ struct SegmentHeader {
 
 static_assert(std::is_standard_layout_v<SegmentHeader> && std::is_trivially_copyable_v<SegmentHeader>);
 static_assert(sizeof(SegmentHeader) == kHeaderBytes, "the header is exactly one page");
-static_assert(offsetof(SegmentHeader, magic) == 0);
-static_assert(offsetof(SegmentHeader, layout_major) == 8);
-static_assert(offsetof(SegmentHeader, layout_minor) == 10);
-static_assert(offsetof(SegmentHeader, header_bytes) == 12);
-static_assert(offsetof(SegmentHeader, layout_hash) == 16);
-static_assert(offsetof(SegmentHeader, segment_bytes) == 24);
-static_assert(offsetof(SegmentHeader, state) == 32);
-static_assert(offsetof(SegmentHeader, role) == 36);
-static_assert(offsetof(SegmentHeader, pid) == 40);
-static_assert(offsetof(SegmentHeader, flags) == 44);
-static_assert(offsetof(SegmentHeader, pid_start_ticks) == 48);
-static_assert(offsetof(SegmentHeader, generation) == 56);
-static_assert(offsetof(SegmentHeader, created_realtime_ns) == 64);
-static_assert(offsetof(SegmentHeader, created_monotonic_ns) == 72);
-static_assert(offsetof(SegmentHeader, tp_rank) == 80);
-static_assert(offsetof(SegmentHeader, pp_rank) == 84);
-static_assert(offsetof(SegmentHeader, dp_rank) == 88);
-static_assert(offsetof(SegmentHeader, moe_ep_rank) == 92);
-static_assert(offsetof(SegmentHeader, attn_tp_rank) == 96);
-static_assert(offsetof(SegmentHeader, attn_dp_rank) == 100);
-static_assert(offsetof(SegmentHeader, attn_cp_rank) == 104);
-static_assert(offsetof(SegmentHeader, tp_size) == 108);
-static_assert(offsetof(SegmentHeader, pp_size) == 112);
-static_assert(offsetof(SegmentHeader, dp_size) == 116);
-static_assert(offsetof(SegmentHeader, ring_offset) == 128);
-static_assert(offsetof(SegmentHeader, ring_bytes) == 136);
-static_assert(offsetof(SegmentHeader, cumulative_offset) == 144);
-static_assert(offsetof(SegmentHeader, cumulative_bytes) == 152);
-static_assert(offsetof(SegmentHeader, max_record_bytes) == 160);
-static_assert(offsetof(SegmentHeader, instance) == 192);
-static_assert(offsetof(SegmentHeader, model_name) == 256);
-static_assert(offsetof(SegmentHeader, engine_type) == 384);
-static_assert(offsetof(SegmentHeader, rank_key) == 416);
-static_assert(offsetof(SegmentHeader, extra_labels) == 448);
-static_assert(offsetof(SegmentHeader, tail) == kProducerGroupOffset);
-static_assert(offsetof(SegmentHeader, records_written) == 1032);
-static_assert(offsetof(SegmentHeader, dropped_records) == 1040);
-static_assert(offsetof(SegmentHeader, heartbeat_ns) == 1048);
-static_assert(offsetof(SegmentHeader, oversize_records) == 1056);
-static_assert(offsetof(SegmentHeader, closed) == 1064);
-static_assert(offsetof(SegmentHeader, latest_record_position) == 1072);
-static_assert(offsetof(SegmentHeader, head) == kConsumerGroupOffset);
-static_assert(offsetof(SegmentHeader, consumer_heartbeat_ns) == 1288);
-static_assert(offsetof(SegmentHeader, consumer_pid) == 1296);
+// clang-format off
+#define RANKSTAT_SEGMENT_HEADER_FIELDS(T, F, R)                                                      \
+  F(T, magic, 0) F(T, layout_major, 8) F(T, layout_minor, 10) F(T, header_bytes, 12)                \
+  F(T, layout_hash, 16) F(T, segment_bytes, 24) F(T, state, 32) F(T, role, 36) F(T, pid, 40)        \
+  F(T, flags, 44) F(T, pid_start_ticks, 48) F(T, generation, 56) F(T, created_realtime_ns, 64)     \
+  F(T, created_monotonic_ns, 72) F(T, tp_rank, 80) F(T, pp_rank, 84) F(T, dp_rank, 88)             \
+  F(T, moe_ep_rank, 92) F(T, attn_tp_rank, 96) F(T, attn_dp_rank, 100) F(T, attn_cp_rank, 104)     \
+  F(T, tp_size, 108) F(T, pp_size, 112) F(T, dp_size, 116) R(T, reserved_a0, 120)                  \
+  R(T, reserved_a1, 124) F(T, ring_offset, 128) F(T, ring_bytes, 136) F(T, cumulative_offset, 144) \
+  F(T, cumulative_bytes, 152) F(T, max_record_bytes, 160) R(T, reserved_a2, 164)                   \
+  R(T, reserved_a3, 168) F(T, instance, 192) F(T, model_name, 256) F(T, engine_type, 384)          \
+  F(T, rank_key, 416) F(T, extra_labels, 448) R(T, reserved_a4, 960)                               \
+  F(T, tail, kProducerGroupOffset) F(T, records_written, 1032) F(T, dropped_records, 1040)         \
+  F(T, heartbeat_ns, 1048) F(T, oversize_records, 1056) F(T, closed, 1064)                         \
+  F(T, latest_record_position, 1072) R(T, reserved_b1, 1136)                                       \
+  F(T, head, kConsumerGroupOffset) F(T, consumer_heartbeat_ns, 1288) F(T, consumer_pid, 1296)      \
+  R(T, reserved_c0, 1300) R(T, reserved_c1, 1304) R(T, reserved_tail, 1536)
+// clang-format on
+RANKSTAT_DEFINE_LAYOUT(SegmentHeader, RANKSTAT_SEGMENT_HEADER_FIELDS)
 static_assert(kConsumerGroupOffset - kProducerGroupOffset >= 2 * kCacheGroupBytes);
 
 // --- the record ring ---------------------------------------------------------------------------------
@@ -190,11 +203,11 @@ struct RecordHeader {
   std::uint64_t timestamp_ns;  // 16: CLOCK_MONOTONIC at append; orders mostrecent across ranks
 };
 static_assert(sizeof(RecordHeader) == 24);
-static_assert(offsetof(RecordHeader, length) == 0);
-static_assert(offsetof(RecordHeader, type) == 4);
-static_assert(offsetof(RecordHeader, type_version) == 6);
-static_assert(offsetof(RecordHeader, sequence) == 8);
-static_assert(offsetof(RecordHeader, timestamp_ns) == 16);
+// clang-format off
+#define RANKSTAT_RECORD_HEADER_FIELDS(T, F, R) \
+  F(T, length, 0) F(T, type, 4) F(T, type_version, 6) F(T, sequence, 8) F(T, timestamp_ns, 16)
+// clang-format on
+RANKSTAT_DEFINE_LAYOUT(RecordHeader, RANKSTAT_RECORD_HEADER_FIELDS)
 
 inline constexpr std::uint32_t kRecordAlignment = 64;
 inline constexpr std::uint64_t kMinRingBytes = 4096;
@@ -215,9 +228,10 @@ struct SeriesUpdateRecord {
   double value;                // 8: the gauge's value after the update
 };
 static_assert(sizeof(SeriesUpdateRecord) == 16);
-static_assert(offsetof(SeriesUpdateRecord, series_index) == 0);
-static_assert(offsetof(SeriesUpdateRecord, op) == 4);
-static_assert(offsetof(SeriesUpdateRecord, value) == 8);
+// clang-format off
+#define RANKSTAT_SERIES_UPDATE_RECORD_FIELDS(T, F, R) F(T, series_index, 0) F(T, op, 4) F(T, value, 8)
+// clang-format on
+RANKSTAT_DEFINE_LAYOUT(SeriesUpdateRecord, RANKSTAT_SERIES_UPDATE_RECORD_FIELDS)
 enum class SeriesUpdateOp : std::uint32_t { kGaugeSet = 1 };
 inline constexpr std::uint16_t kSeriesUpdateVersion = 1;
 
@@ -250,15 +264,13 @@ struct CumulativeHeader {
   std::uint8_t reserved2[44];           // 84
 };
 static_assert(sizeof(CumulativeHeader) == 128);
-static_assert(offsetof(CumulativeHeader, series_capacity) == 0);
-static_assert(offsetof(CumulativeHeader, bounds_capacity) == 4);
-static_assert(offsetof(CumulativeHeader, values_capacity) == 8);
-static_assert(offsetof(CumulativeHeader, text_capacity) == 12);
-static_assert(offsetof(CumulativeHeader, series_count) == 64);
-static_assert(offsetof(CumulativeHeader, bounds_used) == 68);
-static_assert(offsetof(CumulativeHeader, values_used) == 72);
-static_assert(offsetof(CumulativeHeader, registration_failures) == 76);
-static_assert(offsetof(CumulativeHeader, text_used) == 80);
+// clang-format off
+#define RANKSTAT_CUMULATIVE_HEADER_FIELDS(T, F, R)                                                   \
+  F(T, series_capacity, 0) F(T, bounds_capacity, 4) F(T, values_capacity, 8) F(T, text_capacity, 12) \
+  R(T, reserved1, 16) F(T, series_count, 64) F(T, bounds_used, 68) F(T, values_used, 72)           \
+  F(T, registration_failures, 76) F(T, text_used, 80) R(T, reserved2, 84)
+// clang-format on
+RANKSTAT_DEFINE_LAYOUT(CumulativeHeader, RANKSTAT_CUMULATIVE_HEADER_FIELDS)
 
 enum class SeriesKind : std::uint8_t {
   kCounter = 1,    // values: [f64 total]
@@ -307,17 +319,13 @@ struct SeriesDescriptor {
   char family[kFamilyNameBytes];  // 32: metric family name as exposed, NUL-terminated
 };
 static_assert(sizeof(SeriesDescriptor) == 128);
-static_assert(offsetof(SeriesDescriptor, kind) == 0);
-static_assert(offsetof(SeriesDescriptor, gauge_mode) == 1);
-static_assert(offsetof(SeriesDescriptor, bucket_count) == 2);
-static_assert(offsetof(SeriesDescriptor, values_offset) == 4);
-static_assert(offsetof(SeriesDescriptor, bounds_offset) == 8);
-static_assert(offsetof(SeriesDescriptor, flags) == 12);
-static_assert(offsetof(SeriesDescriptor, labels_offset) == 16);
-static_assert(offsetof(SeriesDescriptor, labels_bytes) == 20);
-static_assert(offsetof(SeriesDescriptor, help_offset) == 24);
-static_assert(offsetof(SeriesDescriptor, help_bytes) == 28);
-static_assert(offsetof(SeriesDescriptor, family) == 32);
+// clang-format off
+#define RANKSTAT_SERIES_DESCRIPTOR_FIELDS(T, F, R)                                                  \
+  F(T, kind, 0) F(T, gauge_mode, 1) F(T, bucket_count, 2) F(T, values_offset, 4)                  \
+  F(T, bounds_offset, 8) F(T, flags, 12) F(T, labels_offset, 16) F(T, labels_bytes, 20)           \
+  F(T, help_offset, 24) F(T, help_bytes, 28) F(T, family, 32)
+// clang-format on
+RANKSTAT_DEFINE_LAYOUT(SeriesDescriptor, RANKSTAT_SERIES_DESCRIPTOR_FIELDS)
 
 // Value words a series of this kind occupies.
 constexpr std::uint32_t series_value_words(SeriesKind kind, std::uint16_t bucket_count) {

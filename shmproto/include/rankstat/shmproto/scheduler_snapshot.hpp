@@ -57,10 +57,11 @@ struct PriorityCount {
   std::int64_t count;      // 8
 };
 static_assert(sizeof(PriorityCount) == 16);
-static_assert(offsetof(PriorityCount, priority) == 0);
-static_assert(offsetof(PriorityCount, queue) == 4);
-static_assert(offsetof(PriorityCount, flags) == 5);
-static_assert(offsetof(PriorityCount, count) == 8);
+// clang-format off
+#define RANKSTAT_PRIORITY_COUNT_FIELDS(T, F, R) \
+  F(T, priority, 0) F(T, queue, 4) F(T, flags, 5) R(T, reserved, 6) F(T, count, 8)
+// clang-format on
+RANKSTAT_DEFINE_LAYOUT(PriorityCount, RANKSTAT_PRIORITY_COUNT_FIELDS)
 
 // Bounds of SGLang's routing-key GaugeHistograms ("gt < count <= le"), plus one overflow bin.
 inline constexpr double kRoutingKeyBucketBounds[] = {1, 2, 3, 5, 7, 10, 20, 50, 100, 200};
@@ -153,54 +154,6 @@ static_assert(sizeof(SchedulerSnapshot) == 576);
 static_assert(offsetof(SchedulerSnapshot, report_kind) == 0);
 static_assert(offsetof(SchedulerSnapshot, priority_count) == 4);
 static_assert(offsetof(SchedulerSnapshot, groups) == 8);
-static_assert(offsetof(SchedulerSnapshot, num_running_reqs) == 16);
-static_assert(offsetof(SchedulerSnapshot, num_queue_reqs) == 24);
-static_assert(offsetof(SchedulerSnapshot, num_grammar_queue_reqs) == 32);
-static_assert(offsetof(SchedulerSnapshot, gen_throughput) == 40);
-static_assert(offsetof(SchedulerSnapshot, cache_hit_rate) == 48);
-static_assert(offsetof(SchedulerSnapshot, decode_sum_seq_lens) == 56);
-static_assert(offsetof(SchedulerSnapshot, token_usage) == 64);
-static_assert(offsetof(SchedulerSnapshot, full_token_usage) == 72);
-static_assert(offsetof(SchedulerSnapshot, swa_token_usage) == 80);
-static_assert(offsetof(SchedulerSnapshot, mamba_usage) == 88);
-static_assert(offsetof(SchedulerSnapshot, num_used_tokens) == 96);
-static_assert(offsetof(SchedulerSnapshot, kv_available_tokens) == 104);
-static_assert(offsetof(SchedulerSnapshot, kv_evictable_tokens) == 112);
-static_assert(offsetof(SchedulerSnapshot, kv_used_tokens) == 120);
-static_assert(offsetof(SchedulerSnapshot, swa_available_tokens) == 128);
-static_assert(offsetof(SchedulerSnapshot, swa_evictable_tokens) == 136);
-static_assert(offsetof(SchedulerSnapshot, swa_used_tokens) == 144);
-static_assert(offsetof(SchedulerSnapshot, mamba_available_tokens) == 152);
-static_assert(offsetof(SchedulerSnapshot, mamba_evictable_tokens) == 160);
-static_assert(offsetof(SchedulerSnapshot, mamba_used_tokens) == 168);
-static_assert(offsetof(SchedulerSnapshot, spec_accept_length) == 176);
-static_assert(offsetof(SchedulerSnapshot, spec_accept_rate) == 184);
-static_assert(offsetof(SchedulerSnapshot, spec_cap_length) == 192);
-static_assert(offsetof(SchedulerSnapshot, spec_block_accept_length) == 200);
-static_assert(offsetof(SchedulerSnapshot, spec_num_steps) == 208);
-static_assert(offsetof(SchedulerSnapshot, spec_num_draft_tokens) == 216);
-static_assert(offsetof(SchedulerSnapshot, num_retracted_reqs) == 224);
-static_assert(offsetof(SchedulerSnapshot, num_paused_reqs) == 232);
-static_assert(offsetof(SchedulerSnapshot, num_prefill_bootstrap_queue_reqs) == 240);
-static_assert(offsetof(SchedulerSnapshot, num_prefill_inflight_queue_reqs) == 248);
-static_assert(offsetof(SchedulerSnapshot, num_decode_prealloc_queue_reqs) == 256);
-static_assert(offsetof(SchedulerSnapshot, num_decode_transfer_queue_reqs) == 264);
-static_assert(offsetof(SchedulerSnapshot, kv_transfer_speed_gb_s) == 272);
-static_assert(offsetof(SchedulerSnapshot, kv_transfer_latency_ms) == 280);
-static_assert(offsetof(SchedulerSnapshot, pending_prealloc_token_usage) == 288);
-static_assert(offsetof(SchedulerSnapshot, num_decode_deferred_kv_release_reqs) == 296);
-static_assert(offsetof(SchedulerSnapshot, utilization) == 304);
-static_assert(offsetof(SchedulerSnapshot, fwd_occupancy) == 312);
-static_assert(offsetof(SchedulerSnapshot, new_token_ratio) == 320);
-static_assert(offsetof(SchedulerSnapshot, is_cuda_graph) == 328);
-static_assert(offsetof(SchedulerSnapshot, lora_pool_slots_used) == 336);
-static_assert(offsetof(SchedulerSnapshot, lora_pool_slots_total) == 344);
-static_assert(offsetof(SchedulerSnapshot, lora_pool_utilization) == 352);
-static_assert(offsetof(SchedulerSnapshot, hicache_host_used_tokens) == 360);
-static_assert(offsetof(SchedulerSnapshot, hicache_host_total_tokens) == 368);
-static_assert(offsetof(SchedulerSnapshot, num_streaming_sessions) == 376);
-static_assert(offsetof(SchedulerSnapshot, streaming_session_held_tokens) == 384);
-static_assert(offsetof(SchedulerSnapshot, num_unique_running_routing_keys) == 392);
 static_assert(offsetof(SchedulerSnapshot, routing_key_running_req_counts) == 400);
 static_assert(offsetof(SchedulerSnapshot, routing_key_all_req_counts) == 488);
 
@@ -233,109 +186,133 @@ struct ScalarField {
   const char* help;  // HELP text of the exported family (plain UTF-8; escaped by the exposition)
 };
 
-#define RANKSTAT_SNAPSHOT_FIELD(field, type, group, section, exported, help)                                 \
-  ScalarField {                                                                                              \
-#field, offsetof(SchedulerSnapshot, field), FieldType::type, group, section, FieldExport::exported, help \
+// The offset written in each entry is pinned: an entry whose field moved does not compile.
+template <std::size_t Actual, std::size_t Pinned>
+consteval std::uint32_t pinned_offset() {
+  static_assert(Actual == Pinned, "a scheduler snapshot field moved");
+  return static_cast<std::uint32_t>(Actual);
+}
+
+#define RANKSTAT_SNAPSHOT_FIELD(field, offset, type, group, section, exported, help)                        \
+  ScalarField {                                                                                             \
+#field, pinned_offset < offsetof(SchedulerSnapshot, field), offset>(), FieldType::type, group, section, \
+        FieldExport::exported, help                                                                         \
   }
 
 inline constexpr ScalarField kSchedulerScalarFields[] = {
-    RANKSTAT_SNAPSHOT_FIELD(num_running_reqs, kI64, 0, "basics", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_running_reqs, 16, kI64, 0, "basics", kMostRecentGauge,
                             "Requests in the running batch (priority=\"\" is the total)."),
-    RANKSTAT_SNAPSHOT_FIELD(num_queue_reqs, kI64, 0, "basics", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_queue_reqs, 24, kI64, 0, "basics", kMostRecentGauge,
                             "Requests waiting in the scheduler queue (priority=\"\" is the total)."),
-    RANKSTAT_SNAPSHOT_FIELD(num_grammar_queue_reqs, kI64, 0, "basics", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_grammar_queue_reqs, 32, kI64, 0, "basics", kMostRecentGauge,
                             "Requests waiting for grammar compilation."),
-    RANKSTAT_SNAPSHOT_FIELD(gen_throughput, kF64, 0, "basics", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(gen_throughput, 40, kF64, 0, "basics", kMostRecentGauge,
                             "Decode throughput in generated tokens per second; 0 after 30 s without decode."),
-    RANKSTAT_SNAPSHOT_FIELD(cache_hit_rate, kF64, 0, "basics", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(cache_hit_rate, 48, kF64, 0, "basics", kMostRecentGauge,
                             "Prefix cache hit rate of the last prefill batch."),
-    RANKSTAT_SNAPSHOT_FIELD(decode_sum_seq_lens, kI64, 0, "basics", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(decode_sum_seq_lens, 56, kI64, 0, "basics", kMostRecentGauge,
                             "Sum of sequence lengths in the decode batch."),
-    RANKSTAT_SNAPSHOT_FIELD(token_usage, kF64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(token_usage, 64, kF64, 0, "pool", kMostRecentGauge,
                             "KV pool usage, the largest of the full, SWA and mamba pools."),
-    RANKSTAT_SNAPSHOT_FIELD(full_token_usage, kF64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(full_token_usage, 72, kF64, 0, "pool", kMostRecentGauge,
                             "Usage of the full-attention KV pool."),
-    RANKSTAT_SNAPSHOT_FIELD(swa_token_usage, kF64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(swa_token_usage, 80, kF64, 0, "pool", kMostRecentGauge,
                             "Usage of the sliding-window KV pool."),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_usage, kF64, 0, "pool", kMostRecentGauge, "Usage of the mamba state pool."),
-    RANKSTAT_SNAPSHOT_FIELD(num_used_tokens, kI64, 0, "pool", kMostRecentGauge, "KV tokens in use."),
-    RANKSTAT_SNAPSHOT_FIELD(kv_available_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(mamba_usage, 88, kF64, 0, "pool", kMostRecentGauge,
+                            "Usage of the mamba state pool."),
+    RANKSTAT_SNAPSHOT_FIELD(num_used_tokens, 96, kI64, 0, "pool", kMostRecentGauge, "KV tokens in use."),
+    RANKSTAT_SNAPSHOT_FIELD(kv_available_tokens, 104, kI64, 0, "pool", kMostRecentGauge,
                             "Free tokens in the full KV pool."),
-    RANKSTAT_SNAPSHOT_FIELD(kv_evictable_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(kv_evictable_tokens, 112, kI64, 0, "pool", kMostRecentGauge,
                             "Evictable cached tokens in the full KV pool."),
-    RANKSTAT_SNAPSHOT_FIELD(kv_used_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(kv_used_tokens, 120, kI64, 0, "pool", kMostRecentGauge,
                             "Tokens held by requests in the full KV pool."),
-    RANKSTAT_SNAPSHOT_FIELD(swa_available_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(swa_available_tokens, 128, kI64, 0, "pool", kMostRecentGauge,
                             "Free tokens in the sliding-window pool."),
-    RANKSTAT_SNAPSHOT_FIELD(swa_evictable_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(swa_evictable_tokens, 136, kI64, 0, "pool", kMostRecentGauge,
                             "Evictable tokens in the sliding-window pool."),
-    RANKSTAT_SNAPSHOT_FIELD(swa_used_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(swa_used_tokens, 144, kI64, 0, "pool", kMostRecentGauge,
                             "Tokens held by requests in the sliding-window pool."),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_available_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(mamba_available_tokens, 152, kI64, 0, "pool", kMostRecentGauge,
                             "Free slots in the mamba state pool."),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_evictable_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(mamba_evictable_tokens, 160, kI64, 0, "pool", kMostRecentGauge,
                             "Evictable slots in the mamba state pool."),
-    RANKSTAT_SNAPSHOT_FIELD(mamba_used_tokens, kI64, 0, "pool", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(mamba_used_tokens, 168, kI64, 0, "pool", kMostRecentGauge,
                             "Slots held by requests in the mamba state pool."),
-    RANKSTAT_SNAPSHOT_FIELD(spec_accept_length, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(spec_accept_length, 176, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
                             "Average tokens produced per speculative verify step, bonus token included."),
-    RANKSTAT_SNAPSHOT_FIELD(spec_accept_rate, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(spec_accept_rate, 184, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
                             "Fraction of proposed draft tokens that were accepted."),
-    RANKSTAT_SNAPSHOT_FIELD(spec_cap_length, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(spec_cap_length, 192, kF64, kGroupSpeculative, "speculative", kMostRecentGauge,
                             "Average capped verify window per verify step."),
-    RANKSTAT_SNAPSHOT_FIELD(spec_block_accept_length, kF64, kGroupSpeculative, "speculative",
+    RANKSTAT_SNAPSHOT_FIELD(spec_block_accept_length, 200, kF64, kGroupSpeculative, "speculative",
                             kMostRecentGauge, "Average uncapped block accept length per verify step."),
-    RANKSTAT_SNAPSHOT_FIELD(spec_num_steps, kI64, kGroupSpeculative, "speculative", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(spec_num_steps, 208, kI64, kGroupSpeculative, "speculative", kMostRecentGauge,
                             "Speculative steps per verify in the active configuration."),
-    RANKSTAT_SNAPSHOT_FIELD(spec_num_draft_tokens, kI64, kGroupSpeculative, "speculative", kMostRecentGauge,
-                            "Draft tokens per verify in the active configuration."),
-    RANKSTAT_SNAPSHOT_FIELD(num_retracted_reqs, kI64, 0, "retraction", kPerProcessGauge,
+    RANKSTAT_SNAPSHOT_FIELD(spec_num_draft_tokens, 216, kI64, kGroupSpeculative, "speculative",
+                            kMostRecentGauge, "Draft tokens per verify in the active configuration."),
+    RANKSTAT_SNAPSHOT_FIELD(num_retracted_reqs, 224, kI64, 0, "retraction", kPerProcessGauge,
                             "Requests retracted since the previous report, per process."),
-    RANKSTAT_SNAPSHOT_FIELD(num_paused_reqs, kI64, 0, "retraction", kPerProcessGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_paused_reqs, 232, kI64, 0, "retraction", kPerProcessGauge,
                             "Requests paused since the previous report, per process."),
-    RANKSTAT_SNAPSHOT_FIELD(num_prefill_bootstrap_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
-                            "PD prefill requests waiting for bootstrap."),
-    RANKSTAT_SNAPSHOT_FIELD(num_prefill_inflight_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_prefill_bootstrap_queue_reqs, 240, kI64, 0, "disaggregation",
+                            kMostRecentGauge, "PD prefill requests waiting for bootstrap."),
+    RANKSTAT_SNAPSHOT_FIELD(num_prefill_inflight_queue_reqs, 248, kI64, 0, "disaggregation", kMostRecentGauge,
                             "PD prefill requests whose KV transfer is in flight."),
-    RANKSTAT_SNAPSHOT_FIELD(num_decode_prealloc_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_prealloc_queue_reqs, 256, kI64, 0, "disaggregation", kMostRecentGauge,
                             "PD decode requests waiting for KV preallocation."),
-    RANKSTAT_SNAPSHOT_FIELD(num_decode_transfer_queue_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_transfer_queue_reqs, 264, kI64, 0, "disaggregation", kMostRecentGauge,
                             "PD decode requests waiting for KV transfer."),
-    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_speed_gb_s, kF64, kGroupDisaggregation, "disaggregation",
+    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_speed_gb_s, 272, kF64, kGroupDisaggregation, "disaggregation",
                             kNotExported, "KV transfer speed per request in GB/s."),
-    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_latency_ms, kF64, kGroupDisaggregation, "disaggregation",
+    RANKSTAT_SNAPSHOT_FIELD(kv_transfer_latency_ms, 280, kF64, kGroupDisaggregation, "disaggregation",
                             kNotExported, "KV transfer latency per request in milliseconds."),
-    RANKSTAT_SNAPSHOT_FIELD(pending_prealloc_token_usage, kF64, 0, "disaggregation", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(pending_prealloc_token_usage, 288, kF64, 0, "disaggregation", kMostRecentGauge,
                             "KV usage reserved by pending preallocations."),
-    RANKSTAT_SNAPSHOT_FIELD(num_decode_deferred_kv_release_reqs, kI64, 0, "disaggregation", kMostRecentGauge,
-                            "PD decode requests whose KV release is deferred."),
-    RANKSTAT_SNAPSHOT_FIELD(utilization, kF64, 0, "forward", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_decode_deferred_kv_release_reqs, 296, kI64, 0, "disaggregation",
+                            kMostRecentGauge, "PD decode requests whose KV release is deferred."),
+    RANKSTAT_SNAPSHOT_FIELD(utilization, 304, kF64, 0, "forward", kMostRecentGauge,
                             "Scheduler utilization against its SLO limits; -1 on a PD prefill node."),
-    RANKSTAT_SNAPSHOT_FIELD(fwd_occupancy, kF64, 0, "forward", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(fwd_occupancy, 312, kF64, 0, "forward", kMostRecentGauge,
                             "Percent of wall time the device spent in forward passes."),
-    RANKSTAT_SNAPSHOT_FIELD(new_token_ratio, kF64, 0, "forward", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(new_token_ratio, 320, kF64, 0, "forward", kMostRecentGauge,
                             "Estimated ratio of new tokens used for admission control."),
-    RANKSTAT_SNAPSHOT_FIELD(is_cuda_graph, kI64, 0, "forward", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(is_cuda_graph, 328, kI64, 0, "forward", kMostRecentGauge,
                             "1 if the last decode batch ran in a CUDA graph."),
-    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_used, kI64, kGroupLora, "lora", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_used, 336, kI64, kGroupLora, "lora", kMostRecentGauge,
                             "LoRA adapter slots in use."),
-    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_total, kI64, kGroupLora, "lora", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_slots_total, 344, kI64, kGroupLora, "lora", kMostRecentGauge,
                             "LoRA adapter slots in the pool."),
-    RANKSTAT_SNAPSHOT_FIELD(lora_pool_utilization, kF64, kGroupLora, "lora", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(lora_pool_utilization, 352, kF64, kGroupLora, "lora", kMostRecentGauge,
                             "Fraction of LoRA adapter slots in use."),
-    RANKSTAT_SNAPSHOT_FIELD(hicache_host_used_tokens, kI64, kGroupHiCache, "hicache", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(hicache_host_used_tokens, 360, kI64, kGroupHiCache, "hicache", kMostRecentGauge,
                             "Tokens held in the HiCache host pool."),
-    RANKSTAT_SNAPSHOT_FIELD(hicache_host_total_tokens, kI64, kGroupHiCache, "hicache", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(hicache_host_total_tokens, 368, kI64, kGroupHiCache, "hicache", kMostRecentGauge,
                             "Capacity of the HiCache host pool in tokens."),
-    RANKSTAT_SNAPSHOT_FIELD(num_streaming_sessions, kI64, kGroupStreamingSessions, "sessions",
+    RANKSTAT_SNAPSHOT_FIELD(num_streaming_sessions, 376, kI64, kGroupStreamingSessions, "sessions",
                             kMostRecentGauge, "Open streaming sessions."),
-    RANKSTAT_SNAPSHOT_FIELD(streaming_session_held_tokens, kI64, kGroupStreamingSessions, "sessions",
+    RANKSTAT_SNAPSHOT_FIELD(streaming_session_held_tokens, 384, kI64, kGroupStreamingSessions, "sessions",
                             kMostRecentGauge, "KV tokens held by streaming sessions."),
-    RANKSTAT_SNAPSHOT_FIELD(num_unique_running_routing_keys, kI64, 0, "routing", kMostRecentGauge,
+    RANKSTAT_SNAPSHOT_FIELD(num_unique_running_routing_keys, 392, kI64, 0, "routing", kMostRecentGauge,
                             "Distinct routing keys among running requests."),
 };
 
 #undef RANKSTAT_SNAPSHOT_FIELD
+
+// The fixed fields, the scalar table and the routing-key bins tile the record: a field added to the
+// struct but not to the table, or a gap, does not compile.
+constexpr bool snapshot_fields_tile() {
+  std::uint64_t at = offsetof(SchedulerSnapshot, groups) + sizeof(SchedulerSnapshot::groups);
+  for (const ScalarField& f : kSchedulerScalarFields) {
+    if (f.offset != at) return false;
+    at += 8;  // every scalar is an i64 or an f64
+  }
+  if (at != offsetof(SchedulerSnapshot, routing_key_running_req_counts)) return false;
+  at += sizeof(SchedulerSnapshot::routing_key_running_req_counts);
+  if (at != offsetof(SchedulerSnapshot, routing_key_all_req_counts)) return false;
+  return at + sizeof(SchedulerSnapshot::routing_key_all_req_counts) == sizeof(SchedulerSnapshot);
+}
+static_assert(snapshot_fields_tile(), "kSchedulerScalarFields misses a field of SchedulerSnapshot");
 
 // Whether `field` is part of this report (its optional group, if any, was sent).
 inline bool field_present(const SchedulerSnapshot& s, const ScalarField& field) {

@@ -35,104 +35,118 @@ class LayoutHasher {
   std::uint64_t state_ = 0xcbf29ce484222325ull;
 };
 
-#define RANKSTAT_HASH_FIELD(type, member) field(#member, offsetof(type, member), sizeof(type::member))
+// Every enumerator and flag whose value a writer stores in a segment and a reader interprets.
+struct NamedValue {
+  const char* name;
+  std::uint64_t value;
+};
+template <typename E>
+constexpr std::uint64_t value_of(E e) {
+  return static_cast<std::uint64_t>(e);
+}
+inline constexpr NamedValue kContractValues[] = {
+    {"SegmentState::kInitializing", value_of(SegmentState::kInitializing)},
+    {"SegmentState::kReady", value_of(SegmentState::kReady)},
+    {"Role::kUnknown", value_of(Role::kUnknown)},
+    {"Role::kScheduler", value_of(Role::kScheduler)},
+    {"Role::kTokenizer", value_of(Role::kTokenizer)},
+    {"Role::kDetokenizer", value_of(Role::kDetokenizer)},
+    {"Role::kOther", value_of(Role::kOther)},
+    {"kRankUnset", value_of(kRankUnset)},
+    {"kFlagPriorityScheduling", kFlagPriorityScheduling},
+    {"kFlagAllSchedulersMetrics", kFlagAllSchedulersMetrics},
+    {"kFlagDpAttention", kFlagDpAttention},
+    {"RecordType::kPadding", value_of(RecordType::kPadding)},
+    {"RecordType::kSchedulerSnapshot", value_of(RecordType::kSchedulerSnapshot)},
+    {"RecordType::kSeriesUpdate", value_of(RecordType::kSeriesUpdate)},
+    {"SeriesUpdateOp::kGaugeSet", value_of(SeriesUpdateOp::kGaugeSet)},
+    {"SeriesKind::kCounter", value_of(SeriesKind::kCounter)},
+    {"SeriesKind::kGauge", value_of(SeriesKind::kGauge)},
+    {"SeriesKind::kHistogram", value_of(SeriesKind::kHistogram)},
+    {"SeriesKind::kSummary", value_of(SeriesKind::kSummary)},
+    {"GaugeMode::kAll", value_of(GaugeMode::kAll)},
+    {"GaugeMode::kLiveAll", value_of(GaugeMode::kLiveAll)},
+    {"GaugeMode::kSum", value_of(GaugeMode::kSum)},
+    {"GaugeMode::kLiveSum", value_of(GaugeMode::kLiveSum)},
+    {"GaugeMode::kMin", value_of(GaugeMode::kMin)},
+    {"GaugeMode::kLiveMin", value_of(GaugeMode::kLiveMin)},
+    {"GaugeMode::kMax", value_of(GaugeMode::kMax)},
+    {"GaugeMode::kLiveMax", value_of(GaugeMode::kLiveMax)},
+    {"GaugeMode::kMostRecent", value_of(GaugeMode::kMostRecent)},
+    {"GaugeMode::kLiveMostRecent", value_of(GaugeMode::kLiveMostRecent)},
+    {"kSeriesWithoutIdentityLabels", kSeriesWithoutIdentityLabels},
+    {"ReportKind::kUnspecified", value_of(ReportKind::kUnspecified)},
+    {"ReportKind::kPrefill", value_of(ReportKind::kPrefill)},
+    {"ReportKind::kDecode", value_of(ReportKind::kDecode)},
+    {"ReportKind::kIdle", value_of(ReportKind::kIdle)},
+    {"kGroupLora", kGroupLora},
+    {"kGroupHiCache", kGroupHiCache},
+    {"kGroupStreamingSessions", kGroupStreamingSessions},
+    {"kGroupSpeculative", kGroupSpeculative},
+    {"kGroupDisaggregation", kGroupDisaggregation},
+    {"kGroupRoutingKeys", kGroupRoutingKeys},
+    {"QueueId::kRunning", value_of(QueueId::kRunning)},
+    {"QueueId::kWaiting", value_of(QueueId::kWaiting)},
+    {"QueueId::kPrefillBootstrap", value_of(QueueId::kPrefillBootstrap)},
+    {"QueueId::kPrefillInflight", value_of(QueueId::kPrefillInflight)},
+    {"QueueId::kDecodePrealloc", value_of(QueueId::kDecodePrealloc)},
+    {"QueueId::kDecodeTransfer", value_of(QueueId::kDecodeTransfer)},
+    {"kPriorityIsNone", kPriorityIsNone},
+    {"FieldType::kI64", value_of(FieldType::kI64)},
+    {"FieldType::kF64", value_of(FieldType::kF64)},
+};
+
+// The enumerations whose members are counted: a member added without its line above does not compile.
+constexpr std::size_t count_values(std::string_view prefix) {
+  std::size_t n = 0;
+  for (const NamedValue& v : kContractValues) {
+    if (std::string_view(v.name).starts_with(prefix)) ++n;
+  }
+  return n;
+}
+static_assert(count_values("GaugeMode::") == kGaugeModeCount);
+static_assert(count_values("QueueId::") == kQueueIdCount);
+static_assert(count_values("SeriesKind::") == kSeriesKindMax);
+static_assert(count_values("Role::") == value_of(Role::kOther) + 1);
+static_assert(count_values("ReportKind::") == value_of(ReportKind::kIdle) + 1);
+
+// The fields of one structure's list (layout.hpp), reserved bytes left out.
+template <std::size_t N>
+constexpr void hash_fields(LayoutHasher& h, const FieldInfo (&fields)[N]) {
+  for (const FieldInfo& f : fields) {
+    if (!f.reserved) h.field(f.name, f.offset, f.size);
+  }
+}
 
 constexpr std::uint64_t compute_layout_hash() {
   LayoutHasher h;
   h.add("rankstat").add(kLayoutMajor).add(kLayoutMinor);
   h.add("SegmentHeader").add(sizeof(SegmentHeader));
-  h.RANKSTAT_HASH_FIELD(SegmentHeader, magic)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, layout_major)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, layout_minor)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, header_bytes)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, layout_hash)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, segment_bytes)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, state)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, role)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, pid)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, flags)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, pid_start_ticks)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, generation)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, created_realtime_ns)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, created_monotonic_ns)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, tp_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, pp_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, dp_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, moe_ep_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, attn_tp_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, attn_dp_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, attn_cp_rank)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, tp_size)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, pp_size)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, dp_size)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, ring_offset)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, ring_bytes)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, cumulative_offset)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, cumulative_bytes)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, max_record_bytes)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, instance)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, model_name)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, engine_type)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, rank_key)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, extra_labels)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, tail)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, records_written)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, dropped_records)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, heartbeat_ns)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, oversize_records)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, closed)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, latest_record_position)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, head)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, consumer_heartbeat_ns)
-      .RANKSTAT_HASH_FIELD(SegmentHeader, consumer_pid);
+  hash_fields(h, kSegmentHeaderFields);
   h.add("RecordHeader").add(sizeof(RecordHeader)).add(kRecordAlignment);
-  h.RANKSTAT_HASH_FIELD(RecordHeader, length)
-      .RANKSTAT_HASH_FIELD(RecordHeader, type)
-      .RANKSTAT_HASH_FIELD(RecordHeader, type_version)
-      .RANKSTAT_HASH_FIELD(RecordHeader, sequence)
-      .RANKSTAT_HASH_FIELD(RecordHeader, timestamp_ns);
+  hash_fields(h, kRecordHeaderFields);
   h.add("CumulativeHeader").add(sizeof(CumulativeHeader));
-  h.RANKSTAT_HASH_FIELD(CumulativeHeader, series_capacity)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, bounds_capacity)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, values_capacity)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, text_capacity)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, series_count)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, bounds_used)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, values_used)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, registration_failures)
-      .RANKSTAT_HASH_FIELD(CumulativeHeader, text_used);
+  hash_fields(h, kCumulativeHeaderFields);
   h.add("SeriesDescriptor").add(sizeof(SeriesDescriptor));
-  h.RANKSTAT_HASH_FIELD(SeriesDescriptor, kind)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, gauge_mode)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, bucket_count)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, values_offset)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, bounds_offset)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, flags)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, labels_offset)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, labels_bytes)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, help_offset)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, help_bytes)
-      .RANKSTAT_HASH_FIELD(SeriesDescriptor, family);
+  hash_fields(h, kSeriesDescriptorFields);
   h.add("SeriesKinds").add(kSeriesKindMax).add(kMaxHistogramBuckets).add(kSeriesLabelBytes).add(kHelpBytes);
   h.add("SeriesUpdateRecord").add(sizeof(SeriesUpdateRecord)).add(kSeriesUpdateVersion);
-  h.RANKSTAT_HASH_FIELD(SeriesUpdateRecord, series_index)
-      .RANKSTAT_HASH_FIELD(SeriesUpdateRecord, op)
-      .RANKSTAT_HASH_FIELD(SeriesUpdateRecord, value);
+  hash_fields(h, kSeriesUpdateRecordFields);
   h.add("SchedulerSnapshot").add(sizeof(SchedulerSnapshot)).add(kSchedulerSnapshotVersion);
   for (const ScalarField& f : kSchedulerScalarFields) {
     h.add(f.name).add(f.offset).add(static_cast<std::uint64_t>(f.type)).add(f.group);
   }
-  h.RANKSTAT_HASH_FIELD(SchedulerSnapshot, routing_key_running_req_counts)
-      .RANKSTAT_HASH_FIELD(SchedulerSnapshot, routing_key_all_req_counts);
+  h.field("routing_key_running_req_counts", offsetof(SchedulerSnapshot, routing_key_running_req_counts),
+          sizeof(SchedulerSnapshot::routing_key_running_req_counts))
+      .field("routing_key_all_req_counts", offsetof(SchedulerSnapshot, routing_key_all_req_counts),
+             sizeof(SchedulerSnapshot::routing_key_all_req_counts));
   h.add("PriorityCount").add(sizeof(PriorityCount));
-  h.RANKSTAT_HASH_FIELD(PriorityCount, priority)
-      .RANKSTAT_HASH_FIELD(PriorityCount, queue)
-      .RANKSTAT_HASH_FIELD(PriorityCount, flags)
-      .RANKSTAT_HASH_FIELD(PriorityCount, count);
+  hash_fields(h, kPriorityCountFields);
+  // The values written into those fields: two builds that number a role, a queue or a mode differently
+  // disagree about the data as surely as about the bytes.
+  for (const NamedValue& v : kContractValues) h.add(v.name).add(v.value);
   return h.value();
 }
-
-#undef RANKSTAT_HASH_FIELD
 
 inline constexpr std::uint64_t kLayoutHash = compute_layout_hash();
 
