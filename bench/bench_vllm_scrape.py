@@ -46,7 +46,7 @@ import urllib.request
 
 import bench_vllm_record
 from bench_vllm_record import ORACLE, PYTHON, SOURCE
-from run_bench import Daemon, fmt, median, percentile, run_json, wait_for_ranks
+from run_bench import Daemon, fmt, median, percentile, proc_cpu_seconds, run_json, wait_for_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANKSTAT_BACKEND = "plugin:rankstat.vllm:stat_logger"
@@ -179,22 +179,25 @@ def prom_scraper(args) -> int:
     from prometheus_client import generate_latest
     from vllm.v1.metrics.prometheus import get_prometheus_registry
     registry = get_prometheus_registry()
-    plain_ms, gzip_ms = [], []
+    plain_ms, gzip_ms, plain_cpu, gzip_cpu = [], [], [], []
     output = compressed = b""
     for i in range(1 + args.scrapes):  # the first one untimed
         time.sleep(args.interval_ms / 1000.0)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         output = generate_latest(registry)
-        generated = time.perf_counter()
+        generated, cpu_generated = time.perf_counter(), time.process_time()
         compressed = gzip.compress(output)
-        done = time.perf_counter()
+        done, cpu_done = time.perf_counter(), time.process_time()
         if i:
             plain_ms.append((generated - start) * 1e3)
             gzip_ms.append((done - start) * 1e3)
+            plain_cpu.append((cpu_generated - cpu_start) * 1e3)
+            gzip_cpu.append((cpu_done - cpu_start) * 1e3)
     with open(args.text_out, "wb") as f:
         f.write(output)
     files = len([name for name in os.listdir(args.prom_scraper) if name.endswith(".db")])
-    print(json.dumps({"plain_ms": plain_ms, "gzip_ms": gzip_ms, "text_bytes": len(output),
+    print(json.dumps({"plain_ms": plain_ms, "gzip_ms": gzip_ms, "plain_cpu_ms": sum(plain_cpu) / len(plain_cpu),
+                      "gzip_cpu_ms": sum(gzip_cpu) / len(gzip_cpu), "text_bytes": len(output),
                       "gzip_bytes": len(compressed), "files": files}))
     return 0
 
@@ -261,7 +264,10 @@ def scrape_rankstat(args, base, engines) -> dict:
         for mode in ("plain", "gzip"):
             argv = [scrape, "latency", "--address", daemon.address, "--count", str(args.scrapes), "--interval-ms",
                     str(args.interval_ms)] + (["--gzip"] if mode == "gzip" else [])
+            cpu = proc_cpu_seconds(daemon.process.pid)
             out[mode] = run_json(argv, timeout=900)
+            # The daemon's whole CPU time over the scrapes (its drains between them included), per scrape.
+            out[mode]["cpu_ms"] = (proc_cpu_seconds(daemon.process.pid) - cpu) * 1e3 / args.scrapes
         out["summary"] = exposition_summary(fetch(daemon.address, False).decode())
         out["segments"] = len([name for name in os.listdir(shm) if name.startswith("rankstat.")])
         reports = group.stop()
@@ -346,6 +352,11 @@ def run_bench_rows(result):
                         f"{fmt(median(mine))} / {fmt(percentile(mine, 99))} | prometheus_client 0.25.0 "
                         f"{fmt(median(prom))} / {fmt(percentile(prom, 99))} | "
                         f"{median(prom) / median(mine):.1f}x faster (median) | - | - |")
+        cpu = [ours["plain"]["cpu_ms"], ours["gzip"]["cpu_ms"], theirs["plain_cpu_ms"], theirs["gzip_cpu_ms"]]
+        less = " / ".join(f"{prom / mine:.1f}x" if mine > 0 else "n/a" for mine, prom in zip(cpu[:2], cpu[2:]))
+        rows.append(f"| vLLM's /metrics, {n} engine processes: CPU per scrape, plain / gzip, ms (rankstatd: all its "
+                    f"CPU over the scrapes, drains included, in 10 ms ticks; prometheus_client: the scraper's) | "
+                    f"{fmt(cpu[0])} / {fmt(cpu[1])} | {fmt(cpu[2])} / {fmt(cpu[3])} | {less} less CPU | - | - |")
         s, t = ours["summary"], theirs["summary"]
         rows.append(f"| vLLM's /metrics, {n} engine processes: size text / gzip, KiB (vLLM families, sample lines; "
                     f"rankstatd's own lines) | {ours['plain']['text_bytes'] / 1024:,.0f} / "
