@@ -26,10 +26,11 @@ ORACLE = os.path.join(os.path.dirname(SOURCE), "shared", "reference", "vllm-orac
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-def measure(backend: str, iterations: int, repeats: int) -> dict:
-    """Runs in the child: drive.py's module body (which builds and exercises the manager), then the timing."""
+def run_driver(backend: str, engines: str = "0,1") -> dict:
+    """drive.py's module body, run in this process as its command line would run it (it builds the
+    StatLoggerManager as AsyncLLM does, for the given engine indexes, and exercises it); its globals."""
     drive = os.path.join(ORACLE, "drive.py")
-    sys.argv = [drive, "--scenario", "full", "--backend", backend, "--quiet"]
+    sys.argv = [drive, "--scenario", "full", "--backend", backend, "--engines", engines, "--quiet"]
     namespace = {"__name__": "__main__", "__file__": drive}
     with open(drive) as f:
         code = compile(f.read(), drive, "exec")
@@ -38,10 +39,13 @@ def measure(backend: str, iterations: int, repeats: int) -> dict:
     except SystemExit as e:
         if e.code not in (0, None):
             raise RuntimeError(f"drive.py failed with {e.code}")
-    g = namespace
-    manager = g["manager"]
+    return namespace
+
+
+def decode_steps(g: dict, base: float = 5000.0):
+    """one_step(k): the stats of one decode step at step k (2 requests, 3 new tokens each, a spec-decode
+    draft, scheduler stats with KV usage), built with the oracle's own stats classes (`g`: run_driver's)."""
     full = g["FULL"]
-    base = 5000.0
     lora_states = g["LoRARequestStates"](log_stats=full)
     ids = ["bench-a", "bench-b"]
     states = {i: g["RequestStateStats"](arrival_time=base) for i in ids}
@@ -62,6 +66,15 @@ def measure(backend: str, iterations: int, repeats: int) -> dict:
         if spec is not None:
             s.spec_decoding_stats = spec
         return s, it
+
+    return one_step
+
+
+def measure(backend: str, iterations: int, repeats: int) -> dict:
+    """Runs in the child: drive.py's module body (which builds and exercises the manager), then the timing."""
+    g = run_driver(backend)
+    manager = g["manager"]
+    one_step = decode_steps(g)
 
     best = None
     for _ in range(repeats):

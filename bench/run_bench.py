@@ -16,7 +16,9 @@ compare ratios measured in the same run, not absolute times across runs.
                 SGLang's scheduler metric set), scraped by rankstat_bench_scrape 150 ms apart so that
                 every rank has logged a step between two scrapes; plain and with Accept-Encoding: gzip;
                 next to the anchor's fresh CollectorRegistry + MultiProcessCollector + generate_latest
-                (+ gzip.compress) over N rank processes' files
+                (+ gzip.compress) over N rank processes' files;
+                bench_vllm_scrape.py (vLLM's real stat logger in 2, 8 and 32 engine processes: rankstatd's
+                /metrics next to vLLM's API server's generate_latest over a MultiProcessCollector)
   freshness     append-to-visible delay of a probe rank while 64 ranks log 100 steps/s
   daemon cost   rankstatd CPU and RSS with 64 ranks logging 100 steps/s for 30 s, scraped every 5 s
   ingest        records/s drained and applied by one daemon thread (rankstat_bench_ingest)
@@ -268,6 +270,12 @@ def bench_scrape(args, base):
     return rows
 
 
+def bench_vllm_scrape(args):
+    log("scrape: vLLM's real stat logger in several engine processes, both ways (bench_vllm_scrape.py)")
+    argv = [PYTHON, os.path.join(HERE, "bench_vllm_scrape.py"), "--build", args.build] + (["--quick"] if args.quick else [])
+    return run_json(argv, timeout=3600)
+
+
 def proc_cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -438,6 +446,10 @@ def make_table(results):
             lines.append(f"| scrape cost growth {lo} -> {hi} ranks, {mode} (1.0 = linear) | {growth:.2f} | - | - | "
                          f"<= 1 (linear or better) | {verdict(growth <= 1.0)} |")
 
+    if results.get("vllm_scrape"):
+        import bench_vllm_scrape
+        lines.extend(bench_vllm_scrape.run_bench_rows(results["vllm_scrape"]))
+
     cost = results.get("daemon_cost")
     if cost:
         for label, fresh_run in ((f"{cost['ranks']} ranks at 100 Hz", cost["freshness"]),
@@ -516,6 +528,7 @@ def main():
     try:
         results["engine"] = bench_engine(args)
         results["scrape"] = bench_scrape(args, base)
+        results["vllm_scrape"] = bench_vllm_scrape(args)
         results["freshness_alone"] = bench_freshness_small(args, base)
         results["daemon_cost"] = bench_daemon_cost(args, base)
         # The same load with pacing off (a drain every 2 ms, the fastest pace): what pacing saves.
