@@ -23,6 +23,7 @@
 
 #include "rankstat/shmproto/bus_guard.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/liveness.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/reader.hpp"
@@ -280,18 +281,14 @@ class DirectSource final : public RankSource {
     return state;
   }
 
-  // The daemon's rule: CLOSED on a clean exit; DEAD when the writer process is gone or its pid was
-  // reused (start time differs); STALLED when the heartbeat is older than --stall-after; else LIVE.
+  // The daemon's rule (shmproto/liveness.hpp), at first sight: an observer keeps no verdict between
+  // runs, and a process check it could not make leaves the heartbeat to decide, never DEAD.
   std::string_view state_of(const Observed& o, const shm::ProducerState& p, std::uint64_t now) const {
-    if (p.closed) return "CLOSED";
-    const shm::SegmentHeader& h = o.opened.identity;
-    if (h.pid_start_ticks != 0) {
-      const auto ticks = shm::process_start_ticks(h.pid);
-      if (!ticks || *ticks != h.pid_start_ticks) return "DEAD";
-    }
     const auto stall_ns = static_cast<std::uint64_t>(options_.stall_after.count()) * 1'000'000ull;
-    if (now > p.heartbeat_ns && now - p.heartbeat_ns > stall_ns) return "STALLED";
-    return "LIVE";
+    const std::optional<shm::ProcessStart> probe =
+        p.closed ? std::nullopt : std::optional(shm::probe_process_start(o.opened.identity.pid));
+    return shm::rank_state_name(
+        shm::judge_liveness(o.opened.identity, p, probe, std::nullopt, now, stall_ns));
   }
 
   bool trusted(std::uint32_t uid) const {

@@ -12,20 +12,6 @@
 
 namespace rankstat {
 
-std::string_view rank_state_name(RankState state) {
-  switch (state) {
-    case RankState::kLive:
-      return "LIVE";
-    case RankState::kStalled:
-      return "STALLED";
-    case RankState::kDead:
-      return "DEAD";
-    case RankState::kClosed:
-      return "CLOSED";
-  }
-  return "UNKNOWN";
-}
-
 RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns)
     : name_(std::move(name)), path_(std::move(path)), opened_(std::move(opened)), opened_ns_(now_ns) {
   id_ = name_.substr(shm::kSegmentPrefix.size());

@@ -10,18 +10,18 @@
 #include <vector>
 
 #include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/liveness.hpp"
 #include "rankstat/shmproto/reader.hpp"
 #include "rankstat/shmproto/ring.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
 
 namespace rankstat {
 
-enum class RankState : std::uint8_t { kLive = 0, kStalled = 1, kDead = 2, kClosed = 3 };
-inline constexpr int kRankStateCount = 4;
-std::string_view rank_state_name(RankState state);
-inline bool is_live(RankState state) {
-  return state == RankState::kLive || state == RankState::kStalled;
-}
+// The liveness states and rule are the contract's (shmproto/liveness.hpp), shared with rankstat --direct.
+using shm::is_live;
+using shm::kRankStateCount;
+using shm::rank_state_name;
+using shm::RankState;
 
 struct SchedulerView {
   bool present = false;

@@ -531,27 +531,17 @@ RankState evaluate_liveness(const RankSegment& segment, bool pid_visible, std::u
                             std::chrono::milliseconds stall_after, int* check_error) {
   if (check_error != nullptr) *check_error = 0;
   const RankState previous = segment.state();
-  if (previous == RankState::kDead || previous == RankState::kClosed) return previous;  // terminal
-  const shm::ProducerState p = segment.producer();
-  if (p.closed) return RankState::kClosed;
-  const shm::SegmentHeader& h = segment.identity();
+  std::optional<shm::ProcessStart> probe;
   // A verified pidfd would already have reported an exit (or a reuse, which needs an exit first).
-  if (pid_visible && !segment.exit_watched()) {
-    const shm::ProcessStart probe = shm::probe_process_start(h.pid);
-    switch (probe.status) {
-      case shm::ProcessStart::Status::kGone:
-        return RankState::kDead;
-      case shm::ProcessStart::Status::kFound:
-        if (probe.ticks != h.pid_start_ticks) return RankState::kDead;  // the pid was reused
-        break;
-      case shm::ProcessStart::Status::kUnknown:
-        // Unknown is not dead: EMFILE, EACCES or a torn read say nothing about the process.
-        if (check_error != nullptr) *check_error = probe.error != 0 ? probe.error : -1;
-        return previous;
+  if (pid_visible && !segment.exit_watched() && !shm::is_final(previous)) {
+    probe = shm::probe_process_start(segment.identity().pid);
+    if (probe->status == shm::ProcessStart::Status::kUnknown && check_error != nullptr) {
+      // Unknown is not dead: EMFILE, EACCES or a torn read say nothing about the process.
+      *check_error = probe->error != 0 ? probe->error : -1;
     }
   }
-  if (now_ns > p.heartbeat_ns && now_ns - p.heartbeat_ns > to_ns(stall_after)) return RankState::kStalled;
-  return RankState::kLive;
+  return shm::judge_liveness(segment.identity(), segment.producer(), probe, previous, now_ns,
+                             to_ns(stall_after));
 }
 
 int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseconds stall_after) {

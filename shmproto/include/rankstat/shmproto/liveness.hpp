@@ -1,0 +1,77 @@
+// One liveness rule for every reader of a segment: rankstatd and `rankstat --direct` call the same
+// function, so the two never disagree about whether a rank is alive.
+//
+//   CLOSED   the writer said goodbye (`closed`, release-stored on a clean exit);
+//   DEAD     the writer's process is gone, or its pid now names another process (start time differs);
+//   STALLED  alive, but no append or heartbeat for longer than the stall threshold (a long step);
+//   LIVE     otherwise.
+// CLOSED and DEAD are final for a generation. A process check that could not be made (out of
+// descriptors, no permission on /proc, a torn read) says nothing about the process: the previous verdict
+// stands, and at first sight the heartbeat alone decides. Never "dead" for want of a file descriptor.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "rankstat/shmproto/layout.hpp"
+#include "rankstat/shmproto/process.hpp"
+#include "rankstat/shmproto/reader.hpp"
+
+namespace rankstat::shm {
+
+enum class RankState : std::uint8_t { kLive = 0, kStalled = 1, kDead = 2, kClosed = 3 };
+inline constexpr int kRankStateCount = 4;
+
+inline std::string_view rank_state_name(RankState state) {
+  switch (state) {
+    case RankState::kLive:
+      return "LIVE";
+    case RankState::kStalled:
+      return "STALLED";
+    case RankState::kDead:
+      return "DEAD";
+    case RankState::kClosed:
+      return "CLOSED";
+  }
+  return "UNKNOWN";
+}
+
+inline bool is_live(RankState state) {
+  return state == RankState::kLive || state == RankState::kStalled;
+}
+
+// No verdict follows these for the same generation.
+inline bool is_final(RankState state) {
+  return state == RankState::kDead || state == RankState::kClosed;
+}
+
+// The verdict on a generation from its header, its producer group as just read and, when the caller
+// checked it, the writer's /proc entry (`probe`; nullopt when the caller need not look: it holds a
+// verified pidfd, or the pid is not visible from here). `previous` is the last verdict, nullopt at
+// first sight. Pure: no I/O of its own.
+inline RankState judge_liveness(const SegmentHeader& identity, const ProducerState& producer,
+                                const std::optional<ProcessStart>& probe, std::optional<RankState> previous,
+                                std::uint64_t now_ns, std::uint64_t stall_after_ns) {
+  if (previous && is_final(*previous)) return *previous;
+  if (producer.closed) return RankState::kClosed;
+  if (probe) {
+    switch (probe->status) {
+      case ProcessStart::Status::kGone:
+        return RankState::kDead;
+      case ProcessStart::Status::kFound:
+        // A writer that could not read its own start time (0) is judged by the pid alone.
+        if (identity.pid_start_ticks != 0 && probe->ticks != identity.pid_start_ticks)
+          return RankState::kDead;
+        break;
+      case ProcessStart::Status::kUnknown:
+        if (previous) return *previous;
+        break;
+    }
+  }
+  if (now_ns > producer.heartbeat_ns && now_ns - producer.heartbeat_ns > stall_after_ns)
+    return RankState::kStalled;
+  return RankState::kLive;
+}
+
+}  // namespace rankstat::shm
