@@ -34,9 +34,6 @@
 namespace rankstat::cli {
 namespace {
 
-// SGLang's idle rule, as the daemon applies it: gen_throughput falls to 0 after 30 s without a decode
-// report.
-constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;
 // A peek can lose a race with a writer that laps the ring; a few retries settle it.
 constexpr int kPeekAttempts = 8;
 
@@ -58,12 +55,8 @@ struct Observed {
   std::uint64_t sample_records = 0;
   double records_per_second = 0;
   bool have_rate = false;
-  // Report-kind ownership over the snapshots seen so far (the daemon's rule, applied to samples).
-  bool seen_prefill = false;
-  double last_cache_hit_rate = 0;
-  bool seen_decode = false;
-  double last_gen_throughput = 0;
-  std::uint64_t last_decode_ns = 0;
+  // Report-kind ownership over the snapshots sampled so far (the daemon's rule: shm::ReportOwnership).
+  shm::ReportOwnership ownership;
   // "bus_error" once a read of the mapping raised SIGBUS, "truncated" once the file was seen smaller
   // than the mapping; empty while the memory is readable. Whatever was read alongside is garbage.
   std::string_view memory_fault;
@@ -373,7 +366,8 @@ class DirectSource final : public RankSource {
     const std::size_t room = (static_cast<std::size_t>(bytes) - sizeof fixed) / sizeof(shm::PriorityCount);
     const std::size_t count =
         std::min<std::size_t>({fixed.priority_count, room, std::size_t{shm::kMaxPriorityCounts}});
-    apply_ownership(o, fixed, record.timestamp_ns, now);
+    o.ownership.apply(fixed, record.timestamp_ns);
+    o.ownership.apply_staleness(fixed, now, shm::kGenThroughputStaleNs);
 
     boost::json::object snapshot;
     snapshot["report_kind"] = shm::report_kind_name(fixed.report_kind);
@@ -413,34 +407,6 @@ class DirectSource final : public RankSource {
 
   // cache_hit_rate is prefill-owned and gen_throughput decode-owned (SGLang's rule, as the daemon
   // applies it to every record it drains). An observer sees only samples, so it carries what it saw.
-  static void apply_ownership(Observed& o, shm::SchedulerSnapshot& s, std::uint64_t timestamp_ns,
-                              std::uint64_t now) {
-    switch (static_cast<shm::ReportKind>(s.report_kind)) {
-      case shm::ReportKind::kPrefill:
-        o.seen_prefill = true;
-        o.last_cache_hit_rate = s.cache_hit_rate;
-        if (o.seen_decode) s.gen_throughput = o.last_gen_throughput;
-        break;
-      case shm::ReportKind::kDecode:
-        if (o.seen_prefill) s.cache_hit_rate = o.last_cache_hit_rate;
-        o.seen_decode = true;
-        o.last_gen_throughput = s.gen_throughput;
-        o.last_decode_ns = timestamp_ns;
-        break;
-      case shm::ReportKind::kIdle:
-        if (o.seen_prefill) s.cache_hit_rate = o.last_cache_hit_rate;
-        s.gen_throughput = 0;
-        o.seen_decode = true;
-        o.last_gen_throughput = 0;
-        break;
-      case shm::ReportKind::kUnspecified:
-        break;
-    }
-    if (o.last_decode_ns != 0 && now > o.last_decode_ns && now - o.last_decode_ns > kGenThroughputStaleNs) {
-      s.gen_throughput = 0;
-    }
-  }
-
   static boost::json::array series_json(Observed& o) {
     boost::json::array out;
     if (!read_guarded(o, [&] { out = read_series(o); })) return {};

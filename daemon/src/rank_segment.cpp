@@ -187,26 +187,7 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     const bool none = (entry.flags & shm::kPriorityIsNone) != 0;
     seen_priorities_.insert(SeenPriority{entry.queue, none ? 0 : entry.priority, none});
   }
-  switch (static_cast<shm::ReportKind>(scheduler_.fixed.report_kind)) {
-    case shm::ReportKind::kPrefill:
-      last_cache_hit_rate_ = scheduler_.fixed.cache_hit_rate;
-      scheduler_.fixed.gen_throughput = last_gen_throughput_;
-      break;
-    case shm::ReportKind::kDecode:
-      scheduler_.fixed.cache_hit_rate = last_cache_hit_rate_;
-      last_gen_throughput_ = scheduler_.fixed.gen_throughput;
-      last_decode_ns_ = header.timestamp_ns;
-      break;
-    case shm::ReportKind::kIdle:
-      scheduler_.fixed.cache_hit_rate = last_cache_hit_rate_;
-      scheduler_.fixed.gen_throughput = 0;
-      last_gen_throughput_ = 0;
-      break;
-    case shm::ReportKind::kUnspecified:
-      last_cache_hit_rate_ = scheduler_.fixed.cache_hit_rate;
-      last_gen_throughput_ = scheduler_.fixed.gen_throughput;
-      break;
-  }
+  ownership_.apply(scheduler_.fixed, header.timestamp_ns);
   scheduler_.present = true;
   scheduler_.timestamp_ns = header.timestamp_ns;
   scheduler_.sequence = header.sequence;
@@ -257,9 +238,7 @@ double RankSegment::ring_fill_ratio() const {
 }
 
 void RankSegment::apply_staleness(std::uint64_t now_ns, std::uint64_t stale_after_ns) {
-  if (last_decode_ns_ == 0 || now_ns <= last_decode_ns_ || now_ns - last_decode_ns_ <= stale_after_ns) return;
-  last_gen_throughput_ = 0;
-  scheduler_.fixed.gen_throughput = 0;
+  ownership_.apply_staleness(scheduler_.fixed, now_ns, stale_after_ns);
 }
 
 void RankSegment::update_rate(std::uint64_t now_ns) {

@@ -146,9 +146,7 @@ class RankSegment {
   std::set<SeenPriority> seen_priorities_;
   // Report-kind ownership: a decode report does not reset the prefill-owned cache_hit_rate, a prefill
   // report does not reset the decode-owned gen_throughput.
-  double last_cache_hit_rate_ = 0;
-  double last_gen_throughput_ = 0;
-  std::uint64_t last_decode_ns_ = 0;
+  shm::ReportOwnership ownership_;  // SGLang's report-kind rule, over every snapshot in order
   bool exit_watched_ = false;
   double last_drain_fill_ = 0;
   bool dropped_before_last_drain_ = false;

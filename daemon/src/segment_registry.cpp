@@ -17,8 +17,6 @@
 namespace rankstat {
 
 namespace {
-// SGLang refreshes an idle rank's stats after 30 s without a batch and reports gen_throughput 0.
-constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;
 // A temporary older than this whose creator is gone was abandoned mid-creation.
 constexpr std::int64_t kTemporaryMaxAgeSeconds = 60;
 
@@ -559,7 +557,7 @@ int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseco
       if (check_error > 0)
         note_resource_error(check_error, "cannot check pid " + std::to_string(s.identity().pid), now_ns);
     }
-    s.apply_staleness(now_ns, kGenThroughputStaleNs);
+    s.apply_staleness(now_ns, shm::kGenThroughputStaleNs);
     s.update_rate(now_ns);
     if (after == before) return;
     if (!is_live(after)) {

