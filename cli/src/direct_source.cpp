@@ -1,8 +1,9 @@
 // RankSource over the segments themselves, mapped read-only (like AeronStat on Aeron's CnC file). It
 // never writes a byte: no head, no consumer heartbeat, no unlink. It therefore works with the daemon
-// down and cannot disturb it when it is up. The documents it builds use the daemon's field names
-// (daemon/src/api_json.cpp) and its liveness rule (segment_registry.cpp); docs/api.md lists the few
-// fields that differ by nature (records_drained, rejected_segments, records_per_second's window).
+// down and cannot disturb it when it is up. Its documents come from the daemon's builder (rankview), its
+// liveness verdicts and report-kind rule from the contract (shmproto/liveness.hpp, ReportOwnership);
+// docs/api.md lists the few fields that differ by nature (records_drained, rejected_segments,
+// records_per_second's window).
 //
 // Like the daemon, it reads every mapping under a shm::BusGuard: a segment file truncated while it is
 // mapped (a fault, or anyone with write access) must not kill the CLI with SIGBUS. A segment whose
@@ -21,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "rankstat/rankview/rank_documents.hpp"
 #include "rankstat/shmproto/bus_guard.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/liveness.hpp"
@@ -36,15 +38,6 @@ namespace {
 
 // A peek can lose a race with a writer that laps the ring; a few retries settle it.
 constexpr int kPeekAttempts = 8;
-
-boost::json::value number_or_null(double v) {
-  if (std::isfinite(v)) return v;
-  return nullptr;
-}
-
-double seconds_between(std::uint64_t earlier_ns, std::uint64_t later_ns) {
-  return later_ns > earlier_ns ? static_cast<double>(later_ns - earlier_ns) / 1e9 : 0.0;
-}
 
 // One segment generation as this observer sees it.
 struct Observed {
@@ -137,14 +130,7 @@ class DirectSource final : public RankSource {
  private:
   // The ranks document around `ranks` (summaries, or details when `details`), as the daemon answers it.
   boost::json::object document(boost::json::array ranks, bool details) const {
-    boost::json::object doc;
-    doc["shm_dir"] = shm::replace_invalid_utf8(options_.shm_dir);
-    doc["ranks"] = std::move(ranks);
-    boost::json::object rejected;
-    for (const auto& [reason, count] : rejected_) rejected[reason] = count;
-    doc["rejected_segments"] = std::move(rejected);
-    if (details) doc["details"] = true;
-    return doc;
+    return rankview::ranks_document(options_.shm_dir, std::move(ranks), rejected_, details);
   }
 
   // Lists the directory, maps new segments and new generations read-only, forgets vanished ones,
@@ -276,12 +262,11 @@ class DirectSource final : public RankSource {
 
   // The daemon's rule (shmproto/liveness.hpp), at first sight: an observer keeps no verdict between
   // runs, and a process check it could not make leaves the heartbeat to decide, never DEAD.
-  std::string_view state_of(const Observed& o, const shm::ProducerState& p, std::uint64_t now) const {
+  shm::RankState state_of(const Observed& o, const shm::ProducerState& p, std::uint64_t now) const {
     const auto stall_ns = static_cast<std::uint64_t>(options_.stall_after.count()) * 1'000'000ull;
     const std::optional<shm::ProcessStart> probe =
         p.closed ? std::nullopt : std::optional(shm::probe_process_start(o.opened.identity.pid));
-    return shm::rank_state_name(
-        shm::judge_liveness(o.opened.identity, p, probe, std::nullopt, now, stall_ns));
+    return shm::judge_liveness(o.opened.identity, p, probe, std::nullopt, now, stall_ns);
   }
 
   bool trusted(std::uint32_t uid) const {
@@ -292,51 +277,26 @@ class DirectSource final : public RankSource {
 
   boost::json::object summary(Observed& o, std::uint64_t now) const {
     const shm::SegmentHeader& h = o.opened.identity;
-    const shm::ProducerState p = producer(o);
-    boost::json::object out;
-    out["id"] = o.id;
-    out["instance"] = shm::replace_invalid_utf8(h.instance);
-    out["role"] = shm::role_name(static_cast<shm::Role>(h.role));
-    out["rank_key"] = shm::replace_invalid_utf8(h.rank_key);
-    out["model_name"] = shm::replace_invalid_utf8(h.model_name);
-    out["engine_type"] = shm::replace_invalid_utf8(h.engine_type);
-    boost::json::object ranks;
-    for (const auto& [name, value] : shm::rank_numbers(h)) {
-      if (value == shm::kRankUnset) {
-        ranks[name] = nullptr;
-      } else {
-        ranks[name] = value;
-      }
-    }
-    out["ranks"] = std::move(ranks);
-    out["pid"] = h.pid;
-    out["generation"] = std::to_string(h.generation);
-    out["state"] = state_of(o, p, now);
-    if (!trusted(o.opened.owner_uid)) {
-      // Shown, but not as normal: the daemon would refuse it (unexpected_owner).
-      out["untrusted_owner"] = o.opened.owner_uid;
-      out["warning"] = "owned by " + shm::describe_user(o.opened.owner_uid) +
-                       ", not this user, root or --allowed-uids: the daemon refuses it and its values may "
-                       "be forged";
-    }
-    out["heartbeat_age_seconds"] = seconds_between(p.heartbeat_ns, now);
-    out["records_per_second"] = o.records_per_second;
-    out["records_written"] = p.records_written;
-    out["records_drained"] = nullptr;  // an observer drains nothing
-    out["dropped_records"] = p.dropped_records;
-    out["oversize_records"] = p.oversize_records;
-    out["ring_bytes"] = h.ring_bytes;
+    rankview::RankFacts facts;
+    facts.id = o.id;
+    facts.identity = &h;
+    facts.producer = producer(o);
+    const shm::ProducerState& p = facts.producer;
+    facts.state = state_of(o, p, now);
+    facts.records_per_second = o.records_per_second;
     // The consumer's published head against the writer's tail: how full the ring really is.
     const bool indices_sane = p.tail >= p.head && p.tail - p.head <= h.ring_bytes;
-    out["ring_fill_ratio"] =
+    facts.ring_fill_ratio =
         indices_sane && h.ring_bytes != 0
             ? std::min(1.0, static_cast<double>(p.tail - p.head) / static_cast<double>(h.ring_bytes))
             : 0.0;
-    out["ring_quarantined"] = !indices_sane;
-    out["layout_version"] = shm::layout_version_text(h);
-    out["priority_scheduling"] = (h.flags & shm::kFlagPriorityScheduling) != 0;
-    out["all_schedulers_metrics"] = (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
-    return out;
+    facts.ring_quarantined = !indices_sane;
+    if (!trusted(o.opened.owner_uid)) {
+      // Shown, but not as normal: the daemon would refuse it (unexpected_owner).
+      facts.untrusted_owner_uid = o.opened.owner_uid;
+      facts.untrusted_owner_name = shm::describe_user(o.opened.owner_uid);
+    }
+    return rankview::rank_summary(facts, now);
   }
 
   boost::json::object detail(Observed& o, std::uint64_t now) {
@@ -368,45 +328,13 @@ class DirectSource final : public RankSource {
         std::min<std::size_t>({fixed.priority_count, room, std::size_t{shm::kMaxPriorityCounts}});
     o.ownership.apply(fixed, record.timestamp_ns);
     o.ownership.apply_staleness(fixed, now, shm::kGenThroughputStaleNs);
-
-    boost::json::object snapshot;
-    snapshot["report_kind"] = shm::report_kind_name(fixed.report_kind);
-    snapshot["sequence"] = record.sequence;
-    snapshot["age_seconds"] = seconds_between(record.timestamp_ns, now);
-    boost::json::object sections;
-    for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
-      if (!shm::field_present(fixed, field)) continue;
-      auto& section = sections[field.section];
-      if (!section.is_object()) section = boost::json::object();
-      const shm::ScalarValue v = shm::read_scalar(fixed, field);
-      if (v.is_integer) {
-        section.as_object()[field.name] = v.integer;
-      } else {
-        section.as_object()[field.name] = number_or_null(v.real);
-      }
-    }
-    boost::json::array priorities;
-    for (std::size_t i = 0; i < count; ++i) {
-      shm::PriorityCount entry;
-      std::memcpy(&entry, payload_.data() + sizeof fixed + i * sizeof entry, sizeof entry);
-      if (entry.queue >= shm::kQueueIdCount) continue;
-      boost::json::object e;
-      e["queue"] = shm::kQueueTotalField[entry.queue];
-      if ((entry.flags & shm::kPriorityIsNone) != 0) {
-        e["priority"] = nullptr;
-      } else {
-        e["priority"] = entry.priority;
-      }
-      e["count"] = entry.count;
-      priorities.emplace_back(std::move(e));
-    }
-    sections["priorities"] = std::move(priorities);
-    snapshot["fields"] = std::move(sections);
-    return snapshot;
+    std::vector<shm::PriorityCount> priorities(count);
+    if (count != 0)
+      std::memcpy(priorities.data(), payload_.data() + sizeof fixed, count * sizeof(shm::PriorityCount));
+    const rankview::SchedulerSample sample{&fixed, priorities, record.sequence, record.timestamp_ns};
+    return rankview::scheduler_document(&sample, now);
   }
 
-  // cache_hit_rate is prefill-owned and gen_throughput decode-owned (SGLang's rule, as the daemon
-  // applies it to every record it drains). An observer sees only samples, so it carries what it saw.
   static boost::json::array series_json(Observed& o) {
     boost::json::array out;
     if (!read_guarded(o, [&] { out = read_series(o); })) return {};
@@ -423,52 +351,7 @@ class DirectSource final : public RankSource {
       const auto info = reader.read_descriptor(i);
       if (!info) continue;  // malformed: the daemon skips and counts it too
       reader.read_value(*info, value);
-      boost::json::object entry;
-      entry["family"] = info->family;
-      boost::json::object labels;
-      for (const auto& [name, text] : info->labels) labels[name] = text;
-      entry["labels"] = std::move(labels);
-      switch (info->kind) {
-        case shm::SeriesKind::kCounter:
-          entry["type"] = "counter";
-          entry["value"] = value.consistent ? number_or_null(value.value) : nullptr;
-          break;
-        case shm::SeriesKind::kGauge:
-          entry["type"] = "gauge";
-          entry["mode"] = shm::gauge_mode_name(info->gauge_mode);
-          if (value.set_ns == 0 || !value.consistent) {
-            entry["value"] = nullptr;
-          } else {
-            entry["value"] = number_or_null(value.value);
-          }
-          break;
-        case shm::SeriesKind::kSummary:
-        case shm::SeriesKind::kHistogram: {
-          const bool summary = info->kind == shm::SeriesKind::kSummary;
-          entry["type"] = summary ? "summary" : "histogram";
-          std::uint64_t total = 0;
-          for (auto c : value.counts) total += c;
-          entry["count"] = total;
-          entry["sum"] = number_or_null(value.sum);
-          if (summary) break;
-          boost::json::array buckets;
-          std::uint64_t cumulative = 0;
-          for (std::size_t b = 0; b < value.counts.size(); ++b) {
-            cumulative += value.counts[b];
-            boost::json::object bucket;
-            if (b < info->bounds.size()) {
-              bucket["le"] = info->bounds[b];
-            } else {
-              bucket["le"] = "+Inf";
-            }
-            bucket["cumulative_count"] = cumulative;
-            buckets.emplace_back(std::move(bucket));
-          }
-          entry["buckets"] = std::move(buckets);
-          break;
-        }
-      }
-      out.emplace_back(std::move(entry));
+      out.emplace_back(rankview::series_document(*info, value));
     }
     return out;
   }

@@ -1,5 +1,5 @@
-// The JSON API behind /api/v1/ranks and /api/v1/ranks/<id> (schema in docs/api.md). The CLI renders
-// the same documents, whether it got them from the daemon or built them from the segments directly.
+// The JSON API behind /api/v1/ranks and /api/v1/ranks/<id> (schema in docs/api.md): the daemon's view of
+// each rank handed to rankview, which builds the same documents for `rankstat --direct`.
 #pragma once
 
 #include <boost/json/value.hpp>
@@ -12,9 +12,6 @@
 #include "segment_registry.hpp"
 
 namespace rankstat {
-
-// Segment header strings and request paths go into documents through shm::replace_invalid_utf8:
-// Boost.JSON copies string bytes as they are, so invalid UTF-8 would make the document invalid JSON.
 
 // Summary of one generation: identity, liveness, ring health.
 boost::json::object rank_summary_json(const RankSegment& segment, std::uint64_t now_ns);
