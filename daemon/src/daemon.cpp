@@ -400,7 +400,7 @@ struct Daemon::State {
     const std::uint64_t now_ns = shm::monotonic_ns();
     drain_rings(now_ns, false);  // freshest data for this scrape
     registry.refresh_cumulative();
-    registry.settle_integrals();
+    registry.settle_integrals(now_ns);
     CollectOptions options;
     options.instance_label = config.instance_label;
     options.now_ns = now_ns;
@@ -568,9 +568,10 @@ int Daemon::run() {
   s.io.run();
   // A clean stop hands the next daemon the integrals up to the writers' last records, not only up to the
   // last scrape.
-  s.drain_rings(shm::monotonic_ns(), false);
+  const std::uint64_t stopped_ns = shm::monotonic_ns();
+  s.drain_rings(stopped_ns, false);
   s.registry.refresh_cumulative();
-  s.registry.settle_integrals();
+  s.registry.settle_integrals(stopped_ns);
   s.save_integral_checkpoints();
   spdlog::info("rankstatd stopped");
   return 0;

@@ -283,7 +283,7 @@ void RankSegment::track_series(const SeriesState& series, std::size_t position, 
                  "series:" + std::to_string(descriptor));
 }
 
-void RankSegment::set_integrals(const IntegralSettings* settings,
+void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_exported,
                                 std::map<std::string, IntegralCheckpoint> checkpoints) {
   if (settings == nullptr || !settings->enabled()) return;
   integrals_ = settings;
@@ -292,7 +292,7 @@ void RankSegment::set_integrals(const IntegralSettings* settings,
   std::size_t index = 0;
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     std::string family = std::string(shm::kSnapshotFamilyPrefix).append(field.name);
-    if (field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
+    if (snapshot_exported && field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
       field_integral_[index] = static_cast<std::int32_t>(integrated_.size());
       add_integrated(std::move(family), &field, 0, std::string("field:").append(field.name));
     }
@@ -307,9 +307,9 @@ void RankSegment::set_integrals(const IntegralSettings* settings,
   observe_snapshot_integrals();
 }
 
-void RankSegment::settle_integrals() {
+void RankSegment::settle_integrals(std::uint64_t now_ns) {
   if (integrals_ == nullptr) return;
-  const std::uint64_t heartbeat = producer().heartbeat_ns;
+  const std::uint64_t heartbeat = std::min(producer().heartbeat_ns, now_ns);
   for (IntegratedGauge& g : integrated_) {
     if (g.field == nullptr && !g.track.has_value() && g.series_position < series_.size()) {
       const shm::SeriesValue& v = series_[g.series_position].value;

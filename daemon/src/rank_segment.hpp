@@ -88,12 +88,16 @@ class RankSegment {
   void refresh_cumulative();
 
   // Starts integrating the gauges `settings` names (it must outlive this object), continuing from a
-  // previous daemon's checkpoints (by IntegratedGauge::checkpoint_key). Call once, before the first drain.
-  void set_integrals(const IntegralSettings* settings, std::map<std::string, IntegralCheckpoint> checkpoints);
+  // previous daemon's checkpoints (by IntegratedGauge::checkpoint_key). Snapshot fields only when
+  // `snapshot_exported` (the engine-level rule: other ranks' snapshot gauges are never served). Call
+  // once, before the first drain.
+  void set_integrals(const IntegralSettings* settings, bool snapshot_exported,
+                     std::map<std::string, IntegralCheckpoint> checkpoints);
   // Before a scrape: holds every integrated gauge's last value up to the writer's heartbeat (its last
-  // sign of life), and starts a series that no drained record has set (its value was set while no
-  // daemon drained, or by a record the previous daemon consumed) from the cumulative block's value.
-  void settle_integrals();
+  // sign of life, never later than `now_ns`: a garbage heartbeat cannot run a counter ahead), and starts a
+  // series that no drained record has set (its value was set while no daemon drained, or by a record the
+  // previous daemon consumed) from the cumulative block's value.
+  void settle_integrals(std::uint64_t now_ns);
   const std::vector<IntegratedGauge>& integrated() const { return integrated_; }
 
   // Producer-group fields as of now; once the memory is gone, the last ones read.

@@ -415,7 +415,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   const std::uint64_t start_ticks = opened.identity.pid_start_ticks;
   auto segment = std::make_unique<RankSegment>(name, path, std::move(opened), now_ns);
   segment->set_max_series(options_.max_series_per_segment);
-  segment->set_integrals(&options_.integrals, retired_.take_checkpoints(key));
+  segment->set_integrals(&options_.integrals, exports_engine_metrics(segment->identity()),
+                         retired_.take_checkpoints(key));
   Tracked& t = tracked_[name];
   if (t.current) {
     // A restarted rank renamed a new generation onto the name: drain what the old one still holds and
@@ -611,7 +612,7 @@ bool SegmentRegistry::retire(RankSegment& s) {
       }
     }
     // Integrals are counters like the others: folded the same way, so they never go backwards.
-    s.settle_integrals();
+    s.settle_integrals(shm::monotonic_ns());
     for (const IntegratedGauge& g : s.integrated()) {
       if (!g.track.has_value()) continue;
       Labels labels;
@@ -680,11 +681,11 @@ int SegmentRegistry::retire_expired(std::uint64_t now_ns) {
   return retired;
 }
 
-void SegmentRegistry::settle_integrals() {
+void SegmentRegistry::settle_integrals(std::uint64_t now_ns) {
   if (!options_.integrals.enabled()) return;
   for (auto& [name, t] : tracked_) {
-    if (t.current) t.current->settle_integrals();
-    for (auto& p : t.previous) p->settle_integrals();
+    if (t.current) t.current->settle_integrals(now_ns);
+    for (auto& p : t.previous) p->settle_integrals(now_ns);
   }
 }
 

@@ -124,7 +124,7 @@ class SegmentRegistry {
   int retire_expired(std::uint64_t now_ns);
   void refresh_cumulative();
   // Before a scrape: every generation's integrals held up to its writer's last sign of life.
-  void settle_integrals();
+  void settle_integrals(std::uint64_t now_ns);
   // What each held generation's integrals are now, for RetiredTotals::save_checkpoints.
   std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> integral_checkpoints() const;
   const IntegralSettings& integrals() const { return options_.integrals; }

@@ -161,7 +161,7 @@ struct DaemonState {
     const std::uint64_t now = rankstat::shm::monotonic_ns();
     registry.drain_all(now);
     registry.refresh_cumulative();
-    registry.settle_integrals();
+    registry.settle_integrals(now);
     rankstat::CollectOptions options;
     options.now_ns = now;
     options.integrals = &registry.integrals();
