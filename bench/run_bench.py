@@ -341,10 +341,10 @@ def bench_freshness_small(args, base):
         shutil.rmtree(shm_dir, ignore_errors=True)
 
 
-def bench_ingest(args):
-    log("ingest: records/s drained by one daemon thread (rankstat_bench_ingest)")
+def bench_ingest(args, flags=()):
+    log(f"ingest: records/s drained by one daemon thread (rankstat_bench_ingest {' '.join(flags)})")
     return run_json([os.path.join(args.build, "bench", "rankstat_bench_ingest"), "--rounds",
-                     str(args.repetitions * 3)], timeout=600)
+                     str(args.repetitions * 3), *flags], timeout=600)
 
 
 def bench_breakdown(args):
@@ -452,7 +452,7 @@ def engine_rows(results, lines):
 def cost_rows(results, lines):
     cost = results.get("daemon_cost")
     if cost:
-        for label, fresh_run in ((f"{cost['ranks']} ranks at 100 Hz", cost["freshness"]),
+        for label, fresh_run in ((f"{cost['ranks']} ranks at 100 Hz", cost.get("freshness")),
                                  ("probe rank alone", results.get("freshness_alone"))):
             if not fresh_run:
                 continue
@@ -493,6 +493,12 @@ def cost_rows(results, lines):
         rate = median(ingest["records_per_second"])
         lines.append(f"| ingest, records/s drained and applied by one daemon thread | {rate:,.0f} | load of 64 ranks x 100 Hz "
                      f"= {load:,} | {rate / load:,.0f}x headroom | - | - |")
+        with_integrals = results.get("ingest_integrals")
+        if with_integrals:
+            rate_on = median(with_integrals["records_per_second"])
+            extra_ns = 1e9 / rate_on - 1e9 / rate
+            lines.append(f"| ingest, same, with time integrals and 15 s window extrema of the default gauges "
+                         f"(--integrals), records/s | {rate_on:,.0f} | - | {extra_ns:+.0f} ns per record | - | - |")
     breakdown = results.get("breakdown")
     if breakdown:
         b = breakdown
@@ -545,6 +551,7 @@ def main():
                                                                  freshness=False)
         if not args.only_daemon_cost:
             results["ingest"] = bench_ingest(args)
+            results["ingest_integrals"] = bench_ingest(args, ["--integrals"])
             results["breakdown"] = bench_breakdown(args)
     finally:
         shutil.rmtree(base, ignore_errors=True)

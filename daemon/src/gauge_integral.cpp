@@ -84,7 +84,7 @@ void GaugeTrack::hold_until(std::uint64_t timestamp_ns) {
 
 void GaugeTrack::push_piece(std::uint64_t start, double value, std::uint64_t peak_window_ns) {
   // The previous piece (the newest in both queues, if still there) ends where this one starts.
-  for (std::deque<Piece>* q : {&largest_, &smallest_}) {
+  for (RingQueue<Piece>* q : {&largest_, &smallest_}) {
     if (!q->empty() && q->back().end == kOpen) q->back().end = start;
   }
   while (!largest_.empty() && largest_.back().value <= value) largest_.pop_back();
@@ -98,7 +98,7 @@ void GaugeTrack::push_piece(std::uint64_t start, double value, std::uint64_t pea
   }
 }
 
-void GaugeTrack::expire(std::deque<Piece>& pieces, std::uint64_t cutoff_ns) {
+void GaugeTrack::expire(RingQueue<Piece>& pieces, std::uint64_t cutoff_ns) {
   while (!pieces.empty() && pieces.front().end != kOpen && pieces.front().end <= cutoff_ns)
     pieces.pop_front();
 }

@@ -8,10 +8,10 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rankstat {
@@ -36,6 +36,39 @@ std::string window_max_family_name(std::string_view gauge_family);
 std::string window_min_family_name(std::string_view gauge_family);
 std::string integral_help(std::string_view gauge_family);
 std::string window_help(std::string_view gauge_family, bool largest, std::uint64_t window_ns);
+
+// A double-ended queue of trivially copyable items in one growing ring buffer: unlike std::deque it
+// allocates only when it outgrows its largest size so far, so the drain path that pushes and pops on
+// every report allocates nothing once a window's worth of reports has been seen.
+template <typename T>
+class RingQueue {
+ public:
+  bool empty() const { return size_ == 0; }
+  T& front() { return items_[head_]; }
+  T& back() { return items_[(head_ + size_ - 1) & (items_.size() - 1)]; }
+  void pop_front() {
+    head_ = (head_ + 1) & (items_.size() - 1);
+    --size_;
+  }
+  void pop_back() { --size_; }
+  void push_back(const T& item) {
+    if (size_ == items_.size()) grow();
+    items_[(head_ + size_) & (items_.size() - 1)] = item;
+    ++size_;
+  }
+  void clear() { head_ = size_ = 0; }
+
+ private:
+  void grow() {
+    std::vector<T> bigger(items_.empty() ? 8 : items_.size() * 2);  // a power of two: masks wrap
+    for (std::size_t i = 0; i < size_; ++i) bigger[i] = items_[(head_ + i) & (items_.size() - 1)];
+    items_ = std::move(bigger);
+    head_ = 0;
+  }
+  std::vector<T> items_;
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+};
 
 // One gauge of one rank generation.
 class GaugeTrack {
@@ -68,7 +101,7 @@ class GaugeTrack {
   };
   static constexpr std::uint64_t kOpen = ~std::uint64_t{0};
   void push_piece(std::uint64_t start, double value, std::uint64_t peak_window_ns);
-  static void expire(std::deque<Piece>& pieces, std::uint64_t cutoff_ns);
+  static void expire(RingQueue<Piece>& pieces, std::uint64_t cutoff_ns);
 
   bool has_value_ = false;
   double value_ = 0;
@@ -77,8 +110,8 @@ class GaugeTrack {
   // Monotonic queues over the trailing window: `largest_` holds decreasing values, `smallest_` increasing
   // ones; a later piece that dominates an earlier one makes it irrelevant (it ends later). Amortised
   // O(1) per report; memory bounded by the reports of one window.
-  std::deque<Piece> largest_;
-  std::deque<Piece> smallest_;
+  RingQueue<Piece> largest_;
+  RingQueue<Piece> smallest_;
 };
 
 }  // namespace rankstat

@@ -251,14 +251,11 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
 
 void RankSegment::observe_snapshot_integrals() {
   if (integrals_ == nullptr || !scheduler_.present) return;
-  for (std::size_t i = 0; i < field_integral_.size(); ++i) {
-    const std::int32_t at = field_integral_[i];
-    if (at < 0) continue;
-    const shm::ScalarField& field = shm::kSchedulerScalarFields[i];
-    if (!shm::field_present(scheduler_.fixed, field)) continue;
-    integrated_[static_cast<std::size_t>(at)].track.observe(
-        scheduler_.timestamp_ns, shm::read_scalar(scheduler_.fixed, field).as_double(),
-        integrals_->peak_window_ns);
+  for (const auto& [field, at] : snapshot_integrals_) {
+    if (!shm::field_present(scheduler_.fixed, *field)) continue;
+    integrated_[at].track.observe(scheduler_.timestamp_ns,
+                                  shm::read_scalar(scheduler_.fixed, *field).as_double(),
+                                  integrals_->peak_window_ns);
   }
 }
 
@@ -288,15 +285,12 @@ void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_
   if (settings == nullptr || !settings->enabled()) return;
   integrals_ = settings;
   unclaimed_checkpoints_ = std::move(checkpoints);
-  field_integral_.assign(std::size(shm::kSchedulerScalarFields), -1);
-  std::size_t index = 0;
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     std::string family = std::string(shm::kSnapshotFamilyPrefix).append(field.name);
     if (snapshot_exported && field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
-      field_integral_[index] = static_cast<std::int32_t>(integrated_.size());
+      snapshot_integrals_.emplace_back(&field, integrated_.size());
       add_integrated(std::move(family), &field, 0, std::string("field:").append(field.name));
     }
-    ++index;
   }
   // Series read before now (at open): give them their tracks.
   series_integral_.assign(descriptors_seen_, -1);

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gauge_integral.hpp"
@@ -217,7 +218,8 @@ class RankSegment {
   std::uint64_t series_over_limit_ = 0;
   const IntegralSettings* integrals_ = nullptr;
   std::vector<IntegratedGauge> integrated_;
-  std::vector<std::int32_t> field_integral_;   // per kSchedulerScalarFields entry: index in integrated_ or -1
+  // The snapshot fields integrated, each with its index in integrated_ (looked at on every report).
+  std::vector<std::pair<const shm::ScalarField*, std::size_t>> snapshot_integrals_;
   std::vector<std::int32_t> series_integral_;  // per descriptor index: index in integrated_ or -1
   std::map<std::string, IntegralCheckpoint> unclaimed_checkpoints_;
   // Gauge updates of series whose descriptor this daemon had not read yet when the record was drained

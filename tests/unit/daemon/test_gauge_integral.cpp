@@ -1,11 +1,13 @@
 // Gauges integrated over time and their trailing-window extrema (gauge_integral.hpp), first on a known
 // schedule of reports, then through the registry from a real Reporter segment, across a daemon restart.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <initializer_list>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "aggregation.hpp"
 #include "gauge_integral.hpp"
@@ -102,6 +104,45 @@ TEST_CASE("a writer silent for a whole window has no window extrema") {
   GaugeTrack track = reported({{1, 10}}, 2);
   CHECK(extrema(track, 10) == std::pair<double, double>(10, 10));
   CHECK(extrema(track, 18) == std::pair<double, double>(-1, -1));
+}
+
+TEST_CASE("the window extrema agree with a brute-force scan over thousands of reports") {
+  // Reports every 10 ms for 60 s: a rising ramp (the smallest-value queue keeps every piece of a window),
+  // a falling one, then pseudo-random values; checked against every piece in effect during the window.
+  GaugeTrack track;
+  std::vector<std::pair<std::uint64_t, double>> reports;
+  std::uint64_t state = 12345;
+  for (std::uint64_t i = 0; i < 6000; ++i) {
+    double value = 0;
+    if (i < 2000) {
+      value = static_cast<double>(i);
+    } else if (i < 4000) {
+      value = static_cast<double>(4000 - i);
+    } else {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      value = static_cast<double>(state >> 54);
+    }
+    const std::uint64_t at = i * kSecond / 100;
+    reports.emplace_back(at, value);
+    track.observe(at, value, kWindow);
+    track.hold_until(at);
+    if (i % 250 != 249) continue;
+    const std::uint64_t cutoff = at > kWindow ? at - kWindow : 0;
+    double largest = -1;
+    double smallest = 1e300;
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      const std::uint64_t end = r + 1 < reports.size() ? reports[r + 1].first : at + 1;
+      if (end <= cutoff) continue;  // over before the window began
+      largest = std::max(largest, reports[r].second);
+      smallest = std::min(smallest, reports[r].second);
+    }
+    INFO("report " << i);
+    double got_largest = 0;
+    double got_smallest = 0;
+    REQUIRE(track.window_extrema(at, kWindow, got_largest, got_smallest));
+    CHECK(got_largest == largest);
+    CHECK(got_smallest == smallest);
+  }
 }
 
 TEST_CASE("a restored checkpoint continues the integral and a recovered later report extends it") {
