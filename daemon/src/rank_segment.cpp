@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -165,8 +166,7 @@ bool RankSegment::drain(std::uint64_t now_ns) {
     read_cumulative();
     for (const PendingUpdate& u : pending_updates_) {
       if (u.series_index < series_integral_.size() && series_integral_[u.series_index] >= 0) {
-        integrated_[static_cast<std::size_t>(series_integral_[u.series_index])].track.observe(
-            u.timestamp_ns, u.value, integrals_->peak_window_ns);
+        note_observation(static_cast<std::size_t>(series_integral_[u.series_index]), u.timestamp_ns, u.value);
       }
     }
     pending_updates_.clear();
@@ -193,10 +193,7 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     if (integrals_ == nullptr) return;
     if (update.series_index < series_integral_.size()) {
       const std::int32_t at = series_integral_[update.series_index];
-      if (at >= 0) {
-        integrated_[static_cast<std::size_t>(at)].track.observe(header.timestamp_ns, update.value,
-                                                                integrals_->peak_window_ns);
-      }
+      if (at >= 0) note_observation(static_cast<std::size_t>(at), header.timestamp_ns, update.value);
     } else if (pending_updates_.size() < kMaxPendingUpdates) {
       pending_updates_.push_back({update.series_index, header.timestamp_ns, update.value});
     }
@@ -253,10 +250,23 @@ void RankSegment::observe_snapshot_integrals() {
   if (integrals_ == nullptr || !scheduler_.present) return;
   for (const auto& [field, at] : snapshot_integrals_) {
     if (!shm::field_present(scheduler_.fixed, *field)) continue;
-    integrated_[at].track.observe(scheduler_.timestamp_ns,
-                                  shm::read_scalar(scheduler_.fixed, *field).as_double(),
-                                  integrals_->peak_window_ns);
+    note_observation(at, scheduler_.timestamp_ns, shm::read_scalar(scheduler_.fixed, *field).as_double());
   }
+}
+
+void RankSegment::note_observation(std::size_t track, std::uint64_t timestamp_ns, double value) {
+  // An unchanged value changes nothing (GaugeTrack::observe would ignore it too); most fields of most
+  // reports are unchanged, and this check reads one contiguous array instead of each gauge's track.
+  if (last_observed_[track] == value) return;
+  last_observed_[track] = value;
+  observations_.push_back({track, timestamp_ns, value});
+  if (observations_.size() >= kMaxPendingObservations) apply_observations();
+}
+
+void RankSegment::apply_observations() {
+  for (const Observation& o : observations_)
+    integrated_[o.track].track.observe(o.timestamp_ns, o.value, integrals_->peak_window_ns);
+  observations_.clear();
 }
 
 void RankSegment::add_integrated(std::string family, const shm::ScalarField* field,
@@ -270,6 +280,7 @@ void RankSegment::add_integrated(std::string family, const shm::ScalarField* fie
     unclaimed_checkpoints_.erase(it);
   }
   integrated_.push_back(std::move(gauge));
+  last_observed_.push_back(std::numeric_limits<double>::quiet_NaN());  // never equal: logged
 }
 
 void RankSegment::track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor) {
@@ -285,6 +296,7 @@ void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_
   if (settings == nullptr || !settings->enabled()) return;
   integrals_ = settings;
   unclaimed_checkpoints_ = std::move(checkpoints);
+  observations_.reserve(kMaxPendingObservations);
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     std::string family = std::string(shm::kSnapshotFamilyPrefix).append(field.name);
     if (snapshot_exported && field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
@@ -303,6 +315,7 @@ void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_
 
 void RankSegment::settle_integrals(std::uint64_t now_ns) {
   if (integrals_ == nullptr) return;
+  apply_observations();
   const std::uint64_t heartbeat = std::min(producer().heartbeat_ns, now_ns);
   for (IntegratedGauge& g : integrated_) {
     if (g.field == nullptr && !g.track.has_value() && g.series_position < series_.size()) {

@@ -94,10 +94,11 @@ class RankSegment {
   // once, before the first drain.
   void set_integrals(const IntegralSettings* settings, bool snapshot_exported,
                      std::map<std::string, IntegralCheckpoint> checkpoints);
-  // Before a scrape: holds every integrated gauge's last value up to the writer's heartbeat (its last
-  // sign of life, never later than `now_ns`: a garbage heartbeat cannot run a counter ahead), and starts a
-  // series that no drained record has set (its value was set while no daemon drained, or by a record the
-  // previous daemon consumed) from the cumulative block's value.
+  // Before a scrape (and before integrated() is read): applies the logged reports, holds every
+  // integrated gauge's last value up to the writer's heartbeat (its last sign of life, never later than
+  // `now_ns`: a garbage heartbeat cannot run a counter ahead), and starts a series that no drained record
+  // has set (its value was set while no daemon drained, or by a record the previous daemon consumed)
+  // from the cumulative block's value.
   void settle_integrals(std::uint64_t now_ns);
   const std::vector<IntegratedGauge>& integrated() const { return integrated_; }
 
@@ -171,6 +172,11 @@ class RankSegment {
   void add_integrated(std::string family, const shm::ScalarField* field, std::uint32_t series_position,
                       std::string checkpoint_key);
   void observe_snapshot_integrals();
+  // Changed values are logged per segment and applied to their tracks in batches (before any track is
+  // read, and whenever the log fills): the drain path then writes one sequential log instead of
+  // reaching each gauge's cold track and window queues on every report.
+  void note_observation(std::size_t track, std::uint64_t timestamp_ns, double value);
+  void apply_observations();
   // Gives `series` (at `position` in series_, descriptor `descriptor`) a track if its family is integrated.
   void track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor);
   template <typename Read>
@@ -222,6 +228,14 @@ class RankSegment {
   std::vector<std::pair<const shm::ScalarField*, std::size_t>> snapshot_integrals_;
   std::vector<std::int32_t> series_integral_;  // per descriptor index: index in integrated_ or -1
   std::map<std::string, IntegralCheckpoint> unclaimed_checkpoints_;
+  struct Observation {
+    std::size_t track;
+    std::uint64_t timestamp_ns;
+    double value;
+  };
+  std::vector<Observation> observations_;
+  std::vector<double> last_observed_;  // per integrated_ entry: the value last logged (NaN: none yet)
+  static constexpr std::size_t kMaxPendingObservations = 256;
   // Gauge updates of series whose descriptor this daemon had not read yet when the record was drained
   // (published between the descriptor scan and the drain): applied, in order, once it is read.
   struct PendingUpdate {
