@@ -19,11 +19,10 @@ const std::vector<std::string>& default_integrated_families() {
       "sglang:num_decode_prealloc_queue_reqs",
       "sglang:num_decode_transfer_queue_reqs",
       "sglang:num_decode_host_receive_queue_reqs",
+      // KV: token_usage is already the largest of the full, SWA and mamba pools' usage, and
+      // num_used_tokens follows kv_used_tokens; each gauge integrated costs drain time on every report
+      // that changes it, so the redundant ones are left to --aggregate.integrate.
       "sglang:token_usage",
-      "sglang:full_token_usage",
-      "sglang:swa_token_usage",
-      "sglang:mamba_usage",
-      "sglang:num_used_tokens",
       "sglang:kv_used_tokens",
       "sglang:pending_prealloc_token_usage",
       // vLLM's PrometheusStatLogger.
@@ -91,6 +90,8 @@ void GaugeTrack::push_piece(std::uint64_t start, double value, std::uint64_t pea
   largest_.push_back({start, kOpen, value});
   while (!smallest_.empty() && smallest_.back().value >= value) smallest_.pop_back();
   smallest_.push_back({start, kOpen, value});
+  if (largest_.size() > kMaxPieces) largest_.pop_front();
+  if (smallest_.size() > kMaxPieces) smallest_.pop_front();
   // Memory stays bounded by one window of reports even if nobody asks for the extrema.
   if (start > peak_window_ns) {
     expire(largest_, start - peak_window_ns);

@@ -25,8 +25,8 @@ struct IntegralSettings {
 };
 
 // The default --aggregate.integrate list: the gauges operators watch for saturation (running and queued
-// requests per queue kind, KV usage), in SGLang's and vLLM's spelling; typed snapshot fields are
-// matched by their exported family name (sglang:<field>).
+// requests per queue kind, KV usage and KV tokens held), in SGLang's and vLLM's spelling; typed snapshot
+// fields are matched by their exported family name (sglang:<field>).
 const std::vector<std::string>& default_integrated_families();
 
 // Exported names: `<gauge>_time_weighted_seconds_total` (a counter, as node_exporter's
@@ -44,6 +44,7 @@ template <typename T>
 class RingQueue {
  public:
   bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
   T& front() { return items_[head_]; }
   T& back() { return items_[(head_ + size_ - 1) & (items_.size() - 1)]; }
   void pop_front() {
@@ -100,6 +101,10 @@ class GaugeTrack {
     double value;
   };
   static constexpr std::uint64_t kOpen = ~std::uint64_t{0};
+  // Pieces kept per queue at most. A queue holds at most the reports of one window (1,500 at 100 Hz over
+  // 15 s, and only while values keep rising or falling); a writer that reports faster than that cannot
+  // make the daemon allocate without bound: its oldest pieces go first, which shortens its window.
+  static constexpr std::size_t kMaxPieces = 4096;
   void push_piece(std::uint64_t start, double value, std::uint64_t peak_window_ns);
   static void expire(RingQueue<Piece>& pieces, std::uint64_t cutoff_ns);
 
