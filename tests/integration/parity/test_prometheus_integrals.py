@@ -43,13 +43,21 @@ class Schedule:
 
     def __init__(self):
         self.burst = (float("inf"), float("inf"))
+        # When the reporting thread actually switched (it reports every 1/REPORT_HZ s, so a switch lands up
+        # to one period after the planned time): the analytic mean is of what was reported.
+        self.reported_burst = [None, None]
 
     def value(self, t: float) -> int:
         return BURST if self.burst[0] <= t < self.burst[1] else BASELINE
 
+    def note_reported(self, t: float, value: int, previous: int) -> None:
+        if value != previous:
+            self.reported_burst[0 if value == BURST else 1] = t
+
     def mean(self, t0: float, t1: float) -> float:
-        """The exact time-weighted mean over [t0, t1]."""
-        overlap = max(0.0, min(t1, self.burst[1]) - max(t0, self.burst[0]))
+        """The exact time-weighted mean over [t0, t1] of the values as reported."""
+        start, end = self.reported_burst
+        overlap = max(0.0, min(t1, end) - max(t0, start))
         return (BASELINE * (t1 - t0) + (BURST - BASELINE) * overlap) / (t1 - t0)
 
 
@@ -77,8 +85,12 @@ class Ranks:
 
     def _run(self):
         values = [0] * len(self.packer.field_names)
+        previous = BASELINE
         while not self.stop.is_set():
-            value = self.schedule.value(time.monotonic())
+            now = time.monotonic()
+            value = self.schedule.value(now)
+            self.schedule.note_reported(now, value, previous)
+            previous = value
             with self.lock:
                 values[self.queue_field] = value
                 self.packer.send(values)
