@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """rankstat side by side with Python prometheus_client multiprocess mode, in one run.
 
-    bench/run_bench.py --build build/release [--quick] [--json FILE]
+    bench/run_bench.py --build build/release [--quick] [--only-daemon-cost] [--json FILE]
 
 Runs every benchmark of bench/ one after the other (never two at once), next to the anchor
 (bench/anchor_multiprocess.py), and prints one table with ratios. These machines are shared and noisy:
@@ -20,7 +20,9 @@ compare ratios measured in the same run, not absolute times across runs.
                 bench_vllm_scrape.py (vLLM's real stat logger in 2, 8 and 32 engine processes: rankstatd's
                 /metrics next to vLLM's API server's generate_latest over a MultiProcessCollector)
   freshness     append-to-visible delay of a probe rank while 64 ranks log 100 steps/s
-  daemon cost   rankstatd CPU and RSS with 64 ranks logging 100 steps/s for 30 s, scraped every 5 s
+  daemon cost   rankstatd CPU and RSS with 64 ranks logging 100 steps/s for 30 s, scraped every 5 s;
+                again with a fixed 2 ms drain, and again with --aggregate.integrate=none (what the time
+                integrals and window gauges cost)
   ingest        records/s drained and applied by one daemon thread (rankstat_bench_ingest)
 
 Uses only the Python standard library (the anchor needs python3-prometheus-client).
@@ -347,10 +349,10 @@ def bench_freshness_small(args, base):
         shutil.rmtree(shm_dir, ignore_errors=True)
 
 
-def bench_ingest(args):
-    log("ingest: records/s drained by one daemon thread (rankstat_bench_ingest)")
+def bench_ingest(args, flags=()):
+    log(f"ingest: records/s drained by one daemon thread (rankstat_bench_ingest {' '.join(flags)})")
     return run_json([os.path.join(args.build, "bench", "rankstat_bench_ingest"), "--rounds",
-                     str(args.repetitions * 3)], timeout=600)
+                     str(args.repetitions * 3), *flags], timeout=600)
 
 
 def bench_breakdown(args):
@@ -377,6 +379,13 @@ def verdict(ok):
 
 def make_table(results):
     lines = ["| measurement | rankstat | anchor / limit | ratio | target | met |", "|---|---|---|---|---|---|"]
+    if "engine" in results:
+        engine_rows(results, lines)
+    cost_rows(results, lines)
+    return "\n".join(lines)
+
+
+def engine_rows(results, lines):
     engine = results["engine"]
     append = engine["append_ns"]
     reporter = append.get("BM_ReporterAppendSchedulerSnapshot/daemon_like_consumer:1")
@@ -450,9 +459,11 @@ def make_table(results):
         import bench_vllm_scrape
         lines.extend(bench_vllm_scrape.run_bench_rows(results["vllm_scrape"]))
 
+
+def cost_rows(results, lines):
     cost = results.get("daemon_cost")
     if cost:
-        for label, fresh_run in ((f"{cost['ranks']} ranks at 100 Hz", cost["freshness"]),
+        for label, fresh_run in ((f"{cost['ranks']} ranks at 100 Hz", cost.get("freshness")),
                                  ("probe rank alone", results.get("freshness_alone"))):
             if not fresh_run:
                 continue
@@ -474,12 +485,17 @@ def make_table(results):
                      f"{verdict(cpu <= 1)} |")
         lines.append(f"| rankstatd RSS, same run, MiB (peak) | {fmt(rss)} | - | {rss / 64:.2f}x the target | <= 64 MiB | "
                      f"{verdict(rss <= 64)} |")
-        fixed = results.get("daemon_cost_fixed_poll")
-        if fixed:
-            cpu_fixed = fixed["cpu_percent_of_core"]
-            lines.append(f"| rankstatd CPU, same load, pacing off: fixed 2 ms drain ({' '.join(fixed['flags'])}), "
-                         f"% of a core | {fmt(cpu_fixed)} | - | "
-                         f"{f'paced drains use {cpu / cpu_fixed:.2f}x this' if cpu_fixed > 0 else '-'} | - | - |")
+        # The same load with one setting changed: CPU against the paced default run above.
+        for key, what, ratio_words in (
+                ("daemon_cost_fixed_poll", "pacing off: fixed 2 ms drain", "paced drains use"),
+                ("daemon_cost_integrals_off", "time integrals and window gauges off", "integrals on use")):
+            other = results.get(key)
+            if not other:
+                continue
+            cpu_other = other["cpu_percent_of_core"]
+            lines.append(f"| rankstatd CPU, same load, {what} ({' '.join(other['flags'])}), % of a core | "
+                         f"{fmt(cpu_other)} | - | "
+                         f"{f'{ratio_words} {cpu / cpu_other:.2f}x this' if cpu_other > 0 else '-'} | - | - |")
         load = cost["ranks"] * 100
     else:
         load = 6400
@@ -488,6 +504,12 @@ def make_table(results):
         rate = median(ingest["records_per_second"])
         lines.append(f"| ingest, records/s drained and applied by one daemon thread | {rate:,.0f} | load of 64 ranks x 100 Hz "
                      f"= {load:,} | {rate / load:,.0f}x headroom | - | - |")
+        with_integrals = results.get("ingest_integrals")
+        if with_integrals:
+            rate_on = median(with_integrals["records_per_second"])
+            extra_ns = 1e9 / rate_on - 1e9 / rate
+            lines.append(f"| ingest, same, with time integrals and 15 s window extrema of the default gauges "
+                         f"(--integrals), records/s | {rate_on:,.0f} | - | {extra_ns:+.0f} ns per record | - | - |")
     breakdown = results.get("breakdown")
     if breakdown:
         b = breakdown
@@ -496,7 +518,6 @@ def make_table(results):
                      f"{fmt(b['cached_gzip_ms'])} | {fmt(b['reference_aggregate_ms'])} + "
                      f"{fmt(b['reference_serialize_ms'])} + {fmt(b['reference_gzip_ms'])} | "
                      f"{(b['reference_aggregate_ms'] + b['reference_serialize_ms'] + b['reference_gzip_ms']) / max(1e-9, b['cached_aggregate_ms'] + b['cached_render_ms'] + b['cached_gzip_ms']):.1f}x | - | - |")
-    return "\n".join(lines)
 
 
 def main():
@@ -505,6 +526,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every part (CI)")
     parser.add_argument("--json", help="also write every raw figure to this file")
     parser.add_argument("--tmp", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
+    parser.add_argument("--only-daemon-cost", action="store_true",
+                        help="only the daemon cost runs (paced, fixed 2 ms drain, integrals off)")
     args = parser.parse_args()
     args.build = os.path.abspath(args.build)
     if args.quick:
@@ -526,16 +549,22 @@ def main():
     started = time.time()
     results = {"machine": machine_description(), "quick": args.quick}
     try:
-        results["engine"] = bench_engine(args)
-        results["scrape"] = bench_scrape(args, base)
-        results["vllm_scrape"] = bench_vllm_scrape(args)
-        results["freshness_alone"] = bench_freshness_small(args, base)
-        results["daemon_cost"] = bench_daemon_cost(args, base)
+        if not args.only_daemon_cost:
+            results["engine"] = bench_engine(args)
+            results["scrape"] = bench_scrape(args, base)
+            results["vllm_scrape"] = bench_vllm_scrape(args)
+            results["freshness_alone"] = bench_freshness_small(args, base)
+        results["daemon_cost"] = bench_daemon_cost(args, base, freshness=not args.only_daemon_cost)
         # The same load with pacing off (a drain every 2 ms, the fastest pace): what pacing saves.
         results["daemon_cost_fixed_poll"] = bench_daemon_cost(args, base, ["--shm.poll-interval-max=2ms"],
                                                               freshness=False)
-        results["ingest"] = bench_ingest(args)
-        results["breakdown"] = bench_breakdown(args)
+        # The same load without the time integrals and window gauges (docs/metrics.md): what they cost.
+        results["daemon_cost_integrals_off"] = bench_daemon_cost(args, base, ["--aggregate.integrate=none"],
+                                                                 freshness=False)
+        if not args.only_daemon_cost:
+            results["ingest"] = bench_ingest(args)
+            results["ingest_integrals"] = bench_ingest(args, ["--integrals"])
+            results["breakdown"] = bench_breakdown(args)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     results["seconds"] = time.time() - started
@@ -545,10 +574,11 @@ def main():
           f"({'quick smoke run' if args.quick else 'full run'}, {results['seconds']:.0f} s)")
     print(f"machine: {m['nproc']} CPUs, {m['cpu_model']}, kernel {m['kernel']}, {m['mem_gib']} GiB; {m['date']}; "
           f"load average at start {m['load_avg_at_start'][0]:.2f}")
-    anchor_mode = results["engine"]["anchor_step"]["gauge_mode"]
-    print(f"anchor: Python {m['python']}, prometheus_client {results['engine']['anchor_step']['prometheus_client']}, "
-          f"gauges in {anchor_mode} "
-          f"mode (mostrecent needs >= 0.18), SGLang scheduler metric set of bench/sglang_scheduler_set.tsv")
+    if "engine" in results:
+        anchor_mode = results["engine"]["anchor_step"]["gauge_mode"]
+        print(f"anchor: Python {m['python']}, prometheus_client {results['engine']['anchor_step']['prometheus_client']}, "
+              f"gauges in {anchor_mode} "
+              f"mode (mostrecent needs >= 0.18), SGLang scheduler metric set of bench/sglang_scheduler_set.tsv")
     print()
     print(table)
     if args.json:

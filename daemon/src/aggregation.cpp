@@ -704,6 +704,49 @@ void collect_cumulative(const RankSegment& s, const Labels& base, const Contribu
   }
 }
 
+// The integral counter and window extrema of every integrated gauge of `s`, with the labels and the
+// engine-level rule of the gauge they come from.
+void collect_integrals(const RankSegment& s, const Labels& base, const Contributor& from,
+                       bool engine_rule_passed, const CollectOptions& options, FamilySet& out,
+                       std::vector<FamilySet::Slot>& slots) {
+  const IntegralSettings& settings = *options.integrals;
+  slots.resize(s.integrated().size() * 3);
+  std::size_t index = 0;
+  Labels labels;
+  for (const IntegratedGauge& g : s.integrated()) {
+    FamilySet::Slot* slot = &slots[index];
+    index += 3;
+    if (!g.track.has_value()) continue;
+    const SeriesState* series = g.field == nullptr ? &s.series()[g.series_position] : nullptr;
+    const bool declared = series != nullptr && (series->info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+    if (!declared && !engine_rule_passed) continue;
+    // Labels and help are only needed to fill a slot; a valid one already designates the series.
+    const auto labels_for = [&](const FamilySet::Slot& target) -> const Labels& {
+      static const Labels kNone;
+      if (out.slot_valid(target, 0)) return kNone;
+      if (labels.empty()) labels = series != nullptr ? series_labels(base, *series) : base;
+      return labels;
+    };
+    labels.clear();
+    const bool counter_known = out.slot_valid(slot[0], 0);
+    out.add_counter(g.integral_name, counter_known ? std::string() : integral_help(g.family),
+                    labels_for(slot[0]), g.track.integral(), from, &slot[0]);
+    double largest = 0;
+    double smallest = 0;
+    if (settings.peak_window_ns == 0 ||
+        !g.track.window_extrema(options.now_ns, settings.peak_window_ns, largest, smallest))
+      continue;
+    const bool max_known = out.slot_valid(slot[1], 0);
+    out.add_gauge(
+        g.window_max_name, max_known ? std::string() : window_help(g.family, true, settings.peak_window_ns),
+        shm::GaugeMode::kMax, labels_for(slot[1]), largest, g.track.integrated_until_ns(), from, &slot[1]);
+    const bool min_known = out.slot_valid(slot[2], 0);
+    out.add_gauge(
+        g.window_min_name, min_known ? std::string() : window_help(g.family, false, settings.peak_window_ns),
+        shm::GaugeMode::kMin, labels_for(slot[2]), smallest, g.track.integrated_until_ns(), from, &slot[2]);
+  }
+}
+
 }  // namespace
 
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
@@ -724,6 +767,8 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
     FamilySet::SegmentSlots& slots = out.slots(s->name(), s->identity().generation, options.instance_label);
     if (engine_rule_passed) collect_snapshot(*s, base, from, keep_all_mode, out, slots);
     collect_cumulative(*s, base, from, keep_all_mode, engine_rule_passed, out, slots.cumulative);
+    if (options.integrals != nullptr && options.integrals->enabled() && !s->integrated().empty())
+      collect_integrals(*s, base, from, engine_rule_passed, options, out, slots.integrals);
   }
 }
 

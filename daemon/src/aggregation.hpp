@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gauge_integral.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/layout.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
@@ -56,6 +57,7 @@ class FamilySet {
     std::vector<Slot> priorities;
     std::vector<Slot> routing;
     std::vector<Slot> cumulative;
+    std::vector<Slot> integrals;  // three per integrated gauge: integral, window max, window min
     std::uint64_t round = 0;
   };
   // The slots of a generation (name and nonce) exported with `instance_label`; kept while it contributes.
@@ -189,6 +191,8 @@ struct CollectOptions {
   std::string instance_label;  // --label.instance; empty: none
   std::uint64_t now_ns = 0;
   std::uint64_t dead_grace_ns = 0;  // a dead generation's `all`-mode series are kept this long
+  // Integrated gauges (gauge_integral.hpp); null or empty: none exported.
+  const IntegralSettings* integrals = nullptr;
 };
 
 // SGLang's engine-level rule: only the stats-logging rank (attn_tp_rank 0) exports scheduler metrics,

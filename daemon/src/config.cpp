@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "aggregation.hpp"
+#include "gauge_integral.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/naming.hpp"
 
@@ -53,6 +54,7 @@ struct DurationFlags {
   std::string dead_grace = "5m";
   std::string read_timeout = "10s";
   std::string header_timeout = "5s";
+  std::string peak_window = "15s";
 };
 
 // A user name or numeric uid; nullopt if neither.
@@ -249,6 +251,14 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d, const std::set<std:
   app.add_option("--shm.instance-owner", c.instance_owner_specs,
                  "INSTANCE=USER[:USER...]: only these owners (and root) may publish segments of INSTANCE; "
                  "repeatable. Other instances keep the --shm.allowed-uids rule");
+  app.add_option("--aggregate.integrate", c.integrate_families,
+                 "Gauge families to integrate over time and track over --aggregate.peak-window, comma "
+                 "separated; 'none' turns it off (default: SGLang's and vLLM's queue and KV usage gauges)")
+      ->delimiter(',')
+      ->each([&c](const std::string&) { c.integrate_default = false; });
+  app.add_option("--aggregate.peak-window", d.peak_window,
+                 "Trailing window of the <gauge>_window_max and _window_min gauges; 0 exports none")
+      ->capture_default_str();
   app.add_option("--shm.max-series-per-segment", c.max_series_per_segment,
                  "Series read from one segment at most; the rest are dropped and counted")
       ->capture_default_str()
@@ -267,6 +277,19 @@ std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
       return "invalid duration '" + *text + "' (use e.g. 5ms, 1s, 2m)";
     }
     *out = *value;
+  }
+  const auto peak_window = parse_duration(d.peak_window);
+  if (!peak_window)
+    return "invalid duration '" + d.peak_window + "' for --aggregate.peak-window (use e.g. 15s)";
+  c.peak_window = *peak_window;
+  if (c.integrate_default) {
+    c.integrate_families = default_integrated_families();
+  } else {
+    std::erase_if(c.integrate_families, [](const std::string& f) { return f.empty() || f == "none"; });
+    for (const std::string& family : c.integrate_families) {
+      if (!shm::is_valid_metric_name(family))
+        return "--aggregate.integrate: '" + family + "' is not a metric name";
+    }
   }
   if (c.poll_interval_max < c.poll_interval) {
     return "--shm.poll-interval-max (" + d.poll_max + ") is shorter than --shm.poll-interval (" + d.poll +
@@ -375,6 +398,9 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
   c.state_dir = base.state_dir;
   c.instance_label = base.instance_label;
   c.constant_labels = base.constant_labels;
+  c.integrate_families = base.integrate_families;
+  c.integrate_default = base.integrate_default;
+  c.peak_window = base.peak_window;
   return c;
 }
 

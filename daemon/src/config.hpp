@@ -55,6 +55,12 @@ struct Config {
   // Series read per segment generation at most; beyond it they are dropped and counted.
   std::uint32_t max_series_per_segment = 100000;
   std::string config_file;  // re-read on SIGHUP; holds flag=value lines
+  // Gauge families integrated over time, with window extrema (docs/metrics.md, "Between scrapes");
+  // "none" (or empty) turns the feature off. Fixed at start: a change would start or end counters.
+  std::vector<std::string> integrate_families;
+  bool integrate_default = true;  // --aggregate.integrate not given: the built-in list
+  // Trailing window of the _window_max / _window_min gauges; 0: none exported.
+  std::chrono::milliseconds peak_window{15000};
 };
 
 // Parses "250ms", "2s", "1m", "1h" (a bare number is milliseconds). nullopt on anything else.

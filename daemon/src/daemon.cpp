@@ -102,6 +102,8 @@ RegistryOptions registry_options(const Config& c) {
   o.allow_world_writable = c.allow_world_writable;
   o.instance_owners = c.instance_owners;
   o.max_series_per_segment = c.max_series_per_segment;
+  o.integrals.families.insert(c.integrate_families.begin(), c.integrate_families.end());
+  o.integrals.peak_window_ns = static_cast<std::uint64_t>(c.peak_window.count()) * 1'000'000ull;
   return o;
 }
 
@@ -158,6 +160,7 @@ struct Daemon::State {
   bool collision_logged = false;    // the instance-collision warning is logged once per daemon
   bool unexposable_logged = false;  // likewise the unexposable-labels warning
   bool shadowed_logged = false;     // likewise the constant-label shadowing warning
+  bool checkpoint_error_logged = false;
   std::optional<std::chrono::microseconds> watchdog_period;
   // Exit notification per live writer process, keyed by (segment name, generation).
   std::map<std::pair<std::string, std::uint64_t>, std::unique_ptr<asio::posix::stream_descriptor>>
@@ -363,6 +366,18 @@ struct Daemon::State {
     });
   }
 
+  // Before any integral is served: a restarted daemon then continues from at least what was served.
+  void save_integral_checkpoints() {
+    if (!retired.persistent() || !registry.integrals().enabled()) return;
+    std::string error;
+    if (!retired.save_checkpoints(registry.integral_checkpoints(), registry.scanned_once(), error) &&
+        !checkpoint_error_logged) {
+      checkpoint_error_logged = true;  // once per daemon run; the next scrape tries again
+      spdlog::error("integral checkpoint not saved (a daemon restart would restart the integrals): {}",
+                    error);
+    }
+  }
+
   HttpCounters http_counters() const {
     HttpCounters c;
     if (server) {
@@ -385,11 +400,14 @@ struct Daemon::State {
     const std::uint64_t now_ns = shm::monotonic_ns();
     drain_rings(now_ns, false);  // freshest data for this scrape
     registry.refresh_cumulative();
+    registry.settle_integrals(now_ns);
     CollectOptions options;
     options.instance_label = config.instance_label;
     options.now_ns = now_ns;
     options.dead_grace_ns = static_cast<std::uint64_t>(config.dead_grace.count()) * 1'000'000ull;
+    options.integrals = &registry.integrals();
     collect_engine_metrics(registry.generations(), options, engine);
+    save_integral_checkpoints();
     retired.contribute(engine);
     self.set_scrape_drops(engine.conflicts(), engine.collisions());
     self.set_unexposable_drops(engine.unexposable());
@@ -548,6 +566,13 @@ int Daemon::run() {
   s.start_watchdog();
   http::notify_ready("serving " + s.server->bound_address());
   s.io.run();
+  // A clean stop hands the next daemon the integrals up to the writers' last records, not only up to the
+  // last scrape.
+  const std::uint64_t stopped_ns = shm::monotonic_ns();
+  s.drain_rings(stopped_ns, false);
+  s.registry.refresh_cumulative();
+  s.registry.settle_integrals(stopped_ns);
+  s.save_integral_checkpoints();
   spdlog::info("rankstatd stopped");
   return 0;
 }

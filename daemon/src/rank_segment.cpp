@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -145,6 +146,17 @@ bool RankSegment::drain(std::uint64_t now_ns) {
   // daemon poll at its fastest.
   dropped_before_last_drain_ = dropped != dropped_seen_;
   dropped_seen_ = dropped;
+  if (!pending_updates_.empty()) {
+    // Gauge updates of series published after the last descriptor scan: read the descriptors, then
+    // integrate the updates in their order.
+    read_cumulative();
+    for (const PendingUpdate& u : pending_updates_) {
+      if (u.series_index < series_integral_.size() && series_integral_[u.series_index] >= 0) {
+        note_observation(static_cast<std::size_t>(series_integral_[u.series_index]), u.timestamp_ns, u.value);
+      }
+    }
+    pending_updates_.clear();
+  }
   if (stats.status != shm::DrainStatus::kOk) {
     ring_corrupt_ = true;
     ring_status_ = stats.status;
@@ -164,6 +176,13 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     }
     std::memcpy(&update, payload.data(), sizeof update);
     ++gauge_updates_;
+    if (integrals_ == nullptr) return;
+    if (update.series_index < series_integral_.size()) {
+      const std::int32_t at = series_integral_[update.series_index];
+      if (at >= 0) note_observation(static_cast<std::size_t>(at), header.timestamp_ns, update.value);
+    } else if (pending_updates_.size() < kMaxPendingUpdates) {
+      pending_updates_.push_back({update.series_index, header.timestamp_ns, update.value});
+    }
     return;
   }
   if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot))
@@ -191,12 +210,98 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
   scheduler_.present = true;
   scheduler_.timestamp_ns = header.timestamp_ns;
   scheduler_.sequence = header.sequence;
+  observe_snapshot_integrals();
+}
+
+void RankSegment::observe_snapshot_integrals() {
+  if (integrals_ == nullptr || !scheduler_.present) return;
+  for (const auto& [field, at] : snapshot_integrals_) {
+    if (!shm::field_present(scheduler_.fixed, *field)) continue;
+    note_observation(at, scheduler_.timestamp_ns, shm::read_scalar(scheduler_.fixed, *field).as_double());
+  }
+}
+
+void RankSegment::note_observation(std::size_t track, std::uint64_t timestamp_ns, double value) {
+  // An unchanged value changes nothing (GaugeTrack::observe would ignore it too); most fields of most
+  // reports are unchanged, and this check reads one contiguous array instead of each gauge's track.
+  if (last_observed_[track] == value) return;
+  last_observed_[track] = value;
+  observations_.push_back({track, timestamp_ns, value});
+  if (observations_.size() >= kMaxPendingObservations) apply_observations();
+}
+
+void RankSegment::apply_observations() {
+  for (const Observation& o : observations_)
+    integrated_[o.track].track.observe(o.timestamp_ns, o.value, integrals_->peak_window_ns);
+  observations_.clear();
+}
+
+void RankSegment::add_integrated(std::string family, const shm::ScalarField* field,
+                                 std::uint32_t series_position, std::string checkpoint_key) {
+  IntegratedGauge gauge{std::move(family), field, series_position, std::move(checkpoint_key), {}, {}, {}, {}};
+  gauge.integral_name = integral_family_name(gauge.family);
+  gauge.window_max_name = window_max_family_name(gauge.family);
+  gauge.window_min_name = window_min_family_name(gauge.family);
+  if (auto it = unclaimed_checkpoints_.find(gauge.checkpoint_key); it != unclaimed_checkpoints_.end()) {
+    gauge.track.restore(it->second.integral, it->second.value, it->second.until_ns);
+    unclaimed_checkpoints_.erase(it);
+  }
+  integrated_.push_back(std::move(gauge));
+  last_observed_.push_back(std::numeric_limits<double>::quiet_NaN());  // never equal: logged
+}
+
+void RankSegment::track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor) {
+  if (series.info.kind != shm::SeriesKind::kGauge || !integrals_->wants(series.info.family)) return;
+  if (descriptor < series_integral_.size())
+    series_integral_[descriptor] = static_cast<std::int32_t>(integrated_.size());
+  add_integrated(series.info.family, nullptr, static_cast<std::uint32_t>(position),
+                 "series:" + std::to_string(descriptor));
+}
+
+void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_exported,
+                                std::map<std::string, IntegralCheckpoint> checkpoints) {
+  if (settings == nullptr || !settings->enabled()) return;
+  integrals_ = settings;
+  unclaimed_checkpoints_ = std::move(checkpoints);
+  observations_.reserve(kMaxPendingObservations);
+  for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
+    std::string family = std::string(shm::kSnapshotFamilyPrefix).append(field.name);
+    if (snapshot_exported && field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
+      snapshot_integrals_.emplace_back(&field, integrated_.size());
+      add_integrated(std::move(family), &field, 0, std::string("field:").append(field.name));
+    }
+  }
+  // Series read before now (at open): give them their tracks.
+  series_integral_.assign(descriptors_seen_, -1);
+  for (std::size_t position = 0; position < series_.size(); ++position)
+    track_series(series_[position], position, series_descriptor_index_[position]);
+  // The snapshot recovered at open (the newest one, which a previous daemon may have consumed) holds
+  // from its own timestamp on.
+  observe_snapshot_integrals();
+}
+
+void RankSegment::settle_integrals(std::uint64_t now_ns) {
+  if (integrals_ == nullptr) return;
+  apply_observations();
+  const std::uint64_t heartbeat = std::min(producer().heartbeat_ns, now_ns);
+  for (IntegratedGauge& g : integrated_) {
+    if (g.field == nullptr && !g.track.has_value() && g.series_position < series_.size()) {
+      const shm::SeriesValue& v = series_[g.series_position].value;
+      if (v.set_ns != 0) g.track.observe(v.set_ns, v.value, integrals_->peak_window_ns);
+    }
+    g.track.hold_until(heartbeat);
+  }
 }
 
 void RankSegment::refresh_cumulative() {
+  read_cumulative();
+}
+
+bool RankSegment::read_cumulative() {
   // Two phases: read everything into staging, commit only if no read faulted. A SIGBUS mid-refresh
   // patches the vanished pages with zeros; committing those would make counters go backwards.
   std::vector<SeriesState> fresh;
+  std::vector<std::uint32_t> fresh_indices;  // descriptor index of each
   std::uint64_t invalid = 0;
   std::uint64_t over_limit = 0;
   std::uint32_t published = 0;
@@ -213,21 +318,28 @@ void RankSegment::refresh_cumulative() {
         continue;
       }
       fresh.push_back(SeriesState{std::move(*info), {}});
+      fresh_indices.push_back(i);
     }
     staging_.resize(series_.size() + fresh.size());
     for (std::size_t i = 0; i < series_.size(); ++i) cumulative_.read_value(series_[i].info, staging_[i]);
     for (std::size_t i = 0; i < fresh.size(); ++i)
       cumulative_.read_value(fresh[i].info, staging_[series_.size() + i]);
   });
-  if (!read) return;
+  if (!read) return false;
   invalid_series_ += invalid;
   series_over_limit_ += over_limit;
   descriptors_seen_ = std::max(descriptors_seen_, published);
-  for (SeriesState& s : fresh) series_.push_back(std::move(s));
+  if (integrals_ != nullptr) series_integral_.resize(descriptors_seen_, -1);
+  for (std::size_t f = 0; f < fresh.size(); ++f) {
+    if (integrals_ != nullptr) track_series(fresh[f], series_.size(), fresh_indices[f]);
+    series_.push_back(std::move(fresh[f]));
+    series_descriptor_index_.push_back(fresh_indices[f]);
+  }
   for (std::size_t i = 0; i < series_.size(); ++i) {
     // A sequence that never settles means the writer died mid-update: keep the last good value.
     if (staging_[i].consistent) std::swap(series_[i].value, staging_[i]);
   }
+  return true;
 }
 
 double RankSegment::ring_fill_ratio() const {

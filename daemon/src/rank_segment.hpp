@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "gauge_integral.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/liveness.hpp"
 #include "rankstat/shmproto/reader.hpp"
@@ -46,6 +49,26 @@ struct SeenPriority {
   auto operator<=>(const SeenPriority&) const = default;
 };
 
+// A gauge of this generation integrated over time (gauge_integral.hpp): a typed snapshot field or a
+// series declared through the metric classes.
+struct IntegratedGauge {
+  std::string family;             // the gauge's family (sglang:num_queue_reqs)
+  const shm::ScalarField* field;  // the snapshot field, or nullptr for a series
+  std::uint32_t series_position;  // index in series() for a series
+  std::string checkpoint_key;     // "field:<name>" or "series:<descriptor index>": stable per generation
+  std::string integral_name;      // the exported families (gauge_integral.hpp), named once
+  std::string window_max_name;
+  std::string window_min_name;
+  mutable GaugeTrack track;  // mutable: reading the window extrema expires old pieces
+};
+
+// What a previous daemon exported for one integrated gauge of a generation (RetiredTotals keeps it).
+struct IntegralCheckpoint {
+  double integral = 0;
+  double value = 0;
+  std::uint64_t until_ns = 0;
+};
+
 class RankSegment {
  public:
   RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns);
@@ -64,6 +87,20 @@ class RankSegment {
   bool drain(std::uint64_t now_ns);
   // Picks up newly registered series and reads every series' current value.
   void refresh_cumulative();
+
+  // Starts integrating the gauges `settings` names (it must outlive this object), continuing from a
+  // previous daemon's checkpoints (by IntegratedGauge::checkpoint_key). Snapshot fields only when
+  // `snapshot_exported` (the engine-level rule: other ranks' snapshot gauges are never served). Call
+  // once, before the first drain.
+  void set_integrals(const IntegralSettings* settings, bool snapshot_exported,
+                     std::map<std::string, IntegralCheckpoint> checkpoints);
+  // Before a scrape (and before integrated() is read): applies the logged reports, holds every
+  // integrated gauge's last value up to the writer's heartbeat (its last sign of life, never later than
+  // `now_ns`: a garbage heartbeat cannot run a counter ahead), and starts a series that no drained record
+  // has set (its value was set while no daemon drained, or by a record the previous daemon consumed)
+  // from the cumulative block's value.
+  void settle_integrals(std::uint64_t now_ns);
+  const std::vector<IntegratedGauge>& integrated() const { return integrated_; }
 
   // Producer-group fields as of now; once the memory is gone, the last ones read.
   shm::ProducerState producer() const;
@@ -130,6 +167,18 @@ class RankSegment {
  private:
   void apply_record(const shm::RecordHeader& header, std::span<const std::uint8_t> payload);
   void recover_consumed_snapshot();
+  // refresh_cumulative without anything else; returns false if the memory is gone.
+  bool read_cumulative();
+  void add_integrated(std::string family, const shm::ScalarField* field, std::uint32_t series_position,
+                      std::string checkpoint_key);
+  void observe_snapshot_integrals();
+  // Changed values are logged per segment and applied to their tracks in batches (before any track is
+  // read, and whenever the log fills): the drain path then writes one sequential log instead of
+  // reaching each gauge's cold track and window queues on every report.
+  void note_observation(std::size_t track, std::uint64_t timestamp_ns, double value);
+  void apply_observations();
+  // Gives `series` (at `position` in series_, descriptor `descriptor`) a track if its family is integrated.
+  void track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor);
   template <typename Read>
   bool read_guarded(Read&& read) const;  // false if the memory is (or just went) missing
 
@@ -142,6 +191,7 @@ class RankSegment {
   std::uint64_t opened_ns_ = 0;
   SchedulerView scheduler_;
   std::vector<SeriesState> series_;
+  std::vector<std::uint32_t> series_descriptor_index_;  // per series_ entry
   std::uint32_t descriptors_seen_ = 0;
   std::set<SeenPriority> seen_priorities_;
   // Report-kind ownership: a decode report does not reset the prefill-owned cache_hit_rate, a prefill
@@ -170,6 +220,29 @@ class RankSegment {
   std::uint64_t invalid_series_ = 0;
   std::uint32_t max_series_ = 100000;
   std::uint64_t series_over_limit_ = 0;
+  const IntegralSettings* integrals_ = nullptr;
+  std::vector<IntegratedGauge> integrated_;
+  // The snapshot fields integrated, each with its index in integrated_ (looked at on every report).
+  std::vector<std::pair<const shm::ScalarField*, std::size_t>> snapshot_integrals_;
+  std::vector<std::int32_t> series_integral_;  // per descriptor index: index in integrated_ or -1
+  std::map<std::string, IntegralCheckpoint> unclaimed_checkpoints_;
+  struct Observation {
+    std::size_t track;
+    std::uint64_t timestamp_ns;
+    double value;
+  };
+  std::vector<Observation> observations_;
+  std::vector<double> last_observed_;  // per integrated_ entry: the value last logged (NaN: none yet)
+  static constexpr std::size_t kMaxPendingObservations = 256;
+  // Gauge updates of series whose descriptor this daemon had not read yet when the record was drained
+  // (published between the descriptor scan and the drain): applied, in order, once it is read.
+  struct PendingUpdate {
+    std::uint32_t series_index;
+    std::uint64_t timestamp_ns;
+    double value;
+  };
+  std::vector<PendingUpdate> pending_updates_;
+  static constexpr std::size_t kMaxPendingUpdates = 65536;
   std::uint64_t rate_window_start_ns_ = 0;
   std::uint64_t rate_window_start_records_ = 0;
   double records_per_second_ = 0;

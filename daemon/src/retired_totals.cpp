@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <stdexcept>
 
 #include "rankstat/shmproto/cumulative.hpp"
 
@@ -86,10 +88,98 @@ bool write_all(int fd, const std::string& data) {
   return true;
 }
 
+// Replaces `path` by a file holding `text`: an exclusive temporary of a random name (O_EXCL |
+// O_NOFOLLOW), written, fsynced when `durable`, renamed over `path`; nothing planted in the directory is
+// opened or truncated, and rename() replaces the name itself (a symlink there included).
+bool replace_file(const std::string& path, const std::string& text, bool durable, std::string& error) {
+  std::random_device entropy;
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), entropy());
+  const std::string temporary = path + suffix;
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (fd < 0) {
+    error = "cannot write " + temporary + ": " + std::strerror(errno);
+    return false;
+  }
+  const bool ok = write_all(fd, text) && (!durable || ::fsync(fd) == 0);
+  const int saved_errno = errno;
+  ::close(fd);
+  if (!ok || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    error = "cannot write " + path + ": " + std::strerror(ok ? errno : saved_errno);
+    ::unlink(temporary.c_str());
+    return false;
+  }
+  return true;
+}
+
+// The whole of a regular file, never through a symlink and never blocking on a FIFO; nullopt with
+// errno set (ENOENT: absent) if it cannot be read.
+std::optional<std::string> read_state_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return std::nullopt;
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
 }  // namespace
 
 RetiredTotals::RetiredTotals(std::string state_dir) : dir_(state_dir) {
-  if (!state_dir.empty()) path_ = state_dir + "/retired-totals.json";
+  if (!state_dir.empty()) {
+    path_ = state_dir + "/retired-totals.json";
+    checkpoint_path_ = state_dir + "/integrals.json";
+  }
+}
+
+RetiredTotals::Checkpoints RetiredTotals::take_checkpoints(const GenerationKey& generation) {
+  auto it = unclaimed_checkpoints_.find(generation);
+  if (it == unclaimed_checkpoints_.end()) return {};
+  Checkpoints out = std::move(it->second);
+  unclaimed_checkpoints_.erase(it);
+  return out;
+}
+
+bool RetiredTotals::save_checkpoints(const std::map<GenerationKey, Checkpoints>& live, bool drop_unclaimed,
+                                     std::string& error) {
+  if (checkpoint_path_.empty()) return true;
+  if (drop_unclaimed) unclaimed_checkpoints_.clear();
+  boost::json::array generations;
+  auto put = [&](const GenerationKey& key, const Checkpoints& checkpoints) {
+    boost::json::array entries;
+    for (const auto& [name, c] : checkpoints) {
+      entries.push_back(boost::json::object{{"key", name},
+                                            {"integral", c.integral},
+                                            {"value", c.value},
+                                            {"until_ns", std::to_string(c.until_ns)}});
+    }
+    generations.push_back(boost::json::object{
+        {"segment", key.first}, {"generation", std::to_string(key.second)}, {"gauges", std::move(entries)}});
+  };
+  for (const auto& [key, checkpoints] : live) put(key, checkpoints);
+  for (const auto& [key, checkpoints] : unclaimed_checkpoints_) {
+    if (live.count(key) == 0) put(key, checkpoints);
+  }
+  boost::json::object doc;
+  doc["version"] = kStateVersion;
+  doc["generations"] = std::move(generations);
+  std::string text = boost::json::serialize(doc) + "\n";
+  if (text == last_checkpoint_text_) return true;
+  if (!replace_file(checkpoint_path_, text, /*durable=*/false, error)) return false;
+  last_checkpoint_text_ = std::move(text);
+  return true;
 }
 
 bool RetiredTotals::holds_nonce(std::uint64_t nonce) const {
@@ -128,30 +218,20 @@ bool RetiredTotals::check_directory(std::string& error) const {
 
 bool RetiredTotals::load(std::string& error) {
   if (path_.empty()) return true;
-  // O_NOFOLLOW | O_NONBLOCK: a symlink or FIFO planted at the state file's name is neither followed nor
-  // able to block the start.
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
+  load_checkpoints();
+  // A symlink or FIFO planted at the state file's name is neither followed nor able to block the start.
+  const std::optional<std::string> read = read_state_file(path_);
+  if (!read) {
     if (errno == ENOENT) return true;  // first start
-    error = path_ + " cannot be read (" + std::strerror(errno) +
-            (errno == ELOOP ? "; a symlink is never followed" : "") + "); starting without retired totals";
+    if (errno == EINVAL) {
+      error = path_ + " is not a regular file; starting without retired totals";
+    } else {
+      error = path_ + " cannot be read (" + std::strerror(errno) +
+              (errno == ELOOP ? "; a symlink is never followed" : "") + "); starting without retired totals";
+    }
     return false;
   }
-  struct stat st {};
-  std::string text;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    error = path_ + " is not a regular file; starting without retired totals";
-    return false;
-  }
-  char buffer[65536];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  const std::string& text = *read;
   std::uint64_t dropped = 0;
   std::string first_reason;
   auto drop = [&](const std::string& family, const std::string& why) {
@@ -222,6 +302,40 @@ bool RetiredTotals::load(std::string& error) {
   return true;
 }
 
+void RetiredTotals::load_checkpoints() {
+  // Only a hint for continuity: a missing or unreadable file starts the integrals of live generations
+  // at 0 (Prometheus reads that as one counter reset), it never stops the daemon.
+  const auto text = read_state_file(checkpoint_path_);
+  if (!text) {
+    if (errno != ENOENT) spdlog::warn("{} cannot be read; live integrals start at 0", checkpoint_path_);
+    return;
+  }
+  try {
+    const boost::json::object doc = boost::json::parse(*text).as_object();
+    if (doc.at("version").as_int64() != kStateVersion) throw std::runtime_error("unknown version");
+    for (const auto& g : doc.at("generations").as_array()) {
+      const auto& o = g.as_object();
+      const GenerationKey key{std::string(o.at("segment").as_string()),
+                              std::stoull(std::string(o.at("generation").as_string()))};
+      Checkpoints& checkpoints = unclaimed_checkpoints_[key];
+      for (const auto& e : o.at("gauges").as_array()) {
+        const auto& entry = e.as_object();
+        IntegralCheckpoint c;
+        c.integral = entry.at("integral").to_number<double>();
+        c.value = entry.at("value").to_number<double>();
+        c.until_ns = std::stoull(std::string(entry.at("until_ns").as_string()));
+        // Forged or damaged numbers are refused here; GaugeTrack::restore refuses them again.
+        if (!std::isfinite(c.integral) || c.integral < 0 || !std::isfinite(c.value)) continue;
+        checkpoints[std::string(entry.at("key").as_string())] = c;
+      }
+    }
+  } catch (const std::exception& e) {
+    unclaimed_checkpoints_.clear();
+    spdlog::warn("{} is not a valid integral checkpoint ({}); live integrals start at 0", checkpoint_path_,
+                 e.what());
+  }
+}
+
 bool RetiredTotals::save(std::string& error) const {
   if (path_.empty()) return true;
   boost::json::object doc;
@@ -252,26 +366,7 @@ bool RetiredTotals::save(std::string& error) const {
   }
   doc["histograms"] = std::move(histograms);
   const std::string text = boost::json::serialize(doc) + "\n";
-  // A fresh temporary of a random name, created exclusively and never through a symlink: nothing planted
-  // in the directory is opened or truncated. rename() then replaces the name itself (a symlink there
-  // included) without following it.
-  std::random_device entropy;
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%08x", static_cast<int>(getpid()), entropy());
-  const std::string temporary = path_ + suffix;
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
-  if (fd < 0) {
-    error = "cannot write " + temporary + ": " + std::strerror(errno);
-    return false;
-  }
-  const bool ok = write_all(fd, text) && ::fsync(fd) == 0;
-  const int saved_errno = errno;
-  ::close(fd);
-  if (!ok || ::rename(temporary.c_str(), path_.c_str()) != 0) {
-    error = "cannot write " + path_ + ": " + std::strerror(ok ? errno : saved_errno);
-    ::unlink(temporary.c_str());
-    return false;
-  }
+  if (!replace_file(path_, text, /*durable=*/true, error)) return false;
   // The rename must reach the disk before the segment it accounts for is unlinked.
   const std::string dir = path_.substr(0, path_.rfind('/'));
   if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); dfd >= 0) {

@@ -58,12 +58,25 @@ class RetiredTotals {
                      const std::string& help = {}, bool summary = false);
   void mark_retired(const GenerationKey& generation) { generations_.insert(generation); }
 
+  // Integrals of the generations the daemon still holds (gauge_integral.hpp), by generation and
+  // IntegratedGauge::checkpoint_key. Saved (with a state directory) before every scrape is answered, so a
+  // restarted daemon continues each integral from at least the value Prometheus last read: the counter
+  // never goes backwards. Loaded by load(); each generation's entries are handed out once, when it opens.
+  using Checkpoints = std::map<std::string, IntegralCheckpoint>;
+  Checkpoints take_checkpoints(const GenerationKey& generation);
+  // Writes `live` (and, until `drop_unclaimed`, the loaded entries no generation has claimed yet).
+  // Without fsync: the segments these values belong to live in /dev/shm and do not survive a reboot
+  // either, and a daemon crash leaves the renamed file in the page cache.
+  bool save_checkpoints(const std::map<GenerationKey, Checkpoints>& live, bool drop_unclaimed,
+                        std::string& error);
+
   // Adds the retired totals to a family set (help text from the catalog).
   void contribute(FamilySet& out) const;
   std::size_t series() const { return counters_.size() + histograms_.size(); }
   std::size_t generations() const { return generations_.size(); }
 
  private:
+  void load_checkpoints();
   struct Counter {
     double value = 0;
     std::string help;
@@ -79,6 +92,9 @@ class RetiredTotals {
 
   std::string dir_;
   std::string path_;
+  std::string checkpoint_path_;
+  std::map<GenerationKey, Checkpoints> unclaimed_checkpoints_;
+  std::string last_checkpoint_text_;  // what the file holds: unchanged values are not written again
   std::uint64_t invalid_entries_ = 0;
   std::set<GenerationKey> generations_;
   std::map<SeriesKey, Counter> counters_;

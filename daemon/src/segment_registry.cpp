@@ -413,6 +413,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   const std::uint64_t start_ticks = opened.identity.pid_start_ticks;
   auto segment = std::make_unique<RankSegment>(name, path, std::move(opened), now_ns);
   segment->set_max_series(options_.max_series_per_segment);
+  segment->set_integrals(&options_.integrals, exports_engine_metrics(segment->identity()),
+                         retired_.take_checkpoints(key));
   Tracked& t = tracked_[name];
   if (t.current) {
     // A restarted rank renamed a new generation onto the name: drain what the old one still holds and
@@ -597,6 +599,23 @@ bool SegmentRegistry::retire(RankSegment& s) {
                                series.info.kind == shm::SeriesKind::kSummary);
       }
     }
+    // Integrals are counters like the others: folded the same way, so they never go backwards.
+    s.settle_integrals(shm::monotonic_ns());
+    for (const IntegratedGauge& g : s.integrated()) {
+      if (!g.track.has_value()) continue;
+      Labels labels;
+      if (g.field != nullptr) {
+        if (!engine_rule_passed) continue;
+        labels = base;
+      } else {
+        const SeriesState& series = s.series()[g.series_position];
+        const bool declared = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+        if (!declared && !engine_rule_passed) continue;
+        labels = series_labels(base, series);
+      }
+      retired_.add_counter(key, integral_family_name(g.family), labels, g.track.integral(),
+                           integral_help(g.family));
+    }
   }
   retired_.mark_retired(key);
   ++counters_.generations_retired;
@@ -648,6 +667,29 @@ int SegmentRegistry::retire_expired(std::uint64_t now_ns) {
     }
   }
   return retired;
+}
+
+void SegmentRegistry::settle_integrals(std::uint64_t now_ns) {
+  if (!options_.integrals.enabled()) return;
+  for (auto& [name, t] : tracked_) {
+    if (t.current) t.current->settle_integrals(now_ns);
+    for (auto& p : t.previous) p->settle_integrals(now_ns);
+  }
+}
+
+std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> SegmentRegistry::integral_checkpoints()
+    const {
+  std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> out;
+  for (const RankSegment* s : generations()) {
+    RetiredTotals::Checkpoints checkpoints;
+    for (const IntegratedGauge& g : s->integrated()) {
+      if (!g.track.has_value()) continue;
+      checkpoints[g.checkpoint_key] =
+          IntegralCheckpoint{g.track.integral(), g.track.value(), g.track.integrated_until_ns()};
+    }
+    if (!checkpoints.empty()) out[{s->name(), s->identity().generation}] = std::move(checkpoints);
+  }
+  return out;
 }
 
 void SegmentRegistry::refresh_cumulative() {

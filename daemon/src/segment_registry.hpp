@@ -94,6 +94,8 @@ struct RegistryOptions {
   // writer); 0: the soft RLIMIT_NOFILE minus a reserve for HTTP connections and /proc checks. Segments
   // beyond it wait (counted as fd pressure, retried every scan) instead of starving the rest.
   std::uint64_t fd_budget = 0;
+  // Gauges integrated over time and their window extrema (--aggregate.*); fixed at start.
+  IntegralSettings integrals;
 };
 
 // A rank's ring counters carried over the generations that left its name (rankstat_ring_*_total never
@@ -121,6 +123,11 @@ class SegmentRegistry {
   // Retires generations dead or closed for longer than the grace period. Returns how many.
   int retire_expired(std::uint64_t now_ns);
   void refresh_cumulative();
+  // Before a scrape: every generation's integrals held up to its writer's last sign of life.
+  void settle_integrals(std::uint64_t now_ns);
+  // What each held generation's integrals are now, for RetiredTotals::save_checkpoints.
+  std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> integral_checkpoints() const;
+  const IntegralSettings& integrals() const { return options_.integrals; }
   void set_instances(std::vector<std::string> instances) { options_.instances = std::move(instances); }
   void set_dead_grace(std::chrono::milliseconds grace) { options_.dead_grace = grace; }
   void set_max_series_per_segment(std::uint32_t limit) { options_.max_series_per_segment = limit; }

@@ -99,7 +99,10 @@ class EngineOracleCase(unittest.TestCase):
             os.path.abspath(__file__)))))
         shm = TempDir("rankstat-oracle-shm")
         self.addCleanup(shm.cleanup)
-        daemon = Daemon(shm.path, self.files.path)
+        # Parity with prometheus_client, which has no time integrals of gauges: without them the exposition
+        # also settles (an integral grows on every scrape). SGLang's collectors with them on: the
+        # dashboard parity test.
+        daemon = Daemon(shm.path, self.files.path, ["--aggregate.integrate=none"])
         self.addCleanup(daemon.stop)
         mine_json = os.path.join(self.files.path, f"mine-{label}.json")
         env = dict(os.environ, RANKSTAT_SHM_DIR=shm.path, PYTHONPATH=os.path.join(source, "client", "python"))

@@ -100,6 +100,10 @@ TEST_CASE(
   std::uint64_t rounding = 0;
   {
     TempDir shm;
+    // The time integrals of gauges (<gauge>_time_weighted_seconds_total) are the daemon's own counters:
+    // they survive a SIGKILL through the state directory, as the systemd unit runs the daemon.
+    TempDir state("rankstat-kill-state");
+    const std::vector<std::string> daemon_args = {"--state.dir=" + state.path()};
     BackgroundScraper scraper(kMonotonicPrefixes, 5ms);
     auto writers = start_writers(shm);
     std::mt19937 random(6);
@@ -107,7 +111,7 @@ TEST_CASE(
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(kKillSeconds);
     // Until 20 kills or the time is up (a loaded machine starts the daemon slowly).
     while (kills < 20 && std::chrono::steady_clock::now() < end) {
-      DaemonUnderTest daemon(shm.path());
+      DaemonUnderTest daemon(shm.path(), daemon_args);
       scraper.set_port(daemon.port());
       std::this_thread::sleep_for(std::chrono::milliseconds(uptime_ms(random)));
       if (auto r = daemon.get("/metrics")) {
@@ -122,7 +126,7 @@ TEST_CASE(
     }
     killed = finish(writers);
     // A last daemon sees every event the writers made: nothing was lost to the kills.
-    DaemonUnderTest last(shm.path());
+    DaemonUnderTest last(shm.path(), daemon_args);
     scraper.set_port(last.port());
     std::string text;
     REQUIRE(wait_until(

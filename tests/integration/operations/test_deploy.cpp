@@ -183,7 +183,7 @@ TEST_CASE(
             ++rules;
           }
         }
-        return rules == 45;  // rankstat.rules.yml's 10 and rankstat.fleet.rules.yml's 35
+        return rules == 48;  // rankstat.rules.yml's 13 and rankstat.fleet.rules.yml's 35
       },
       20s));
   // Each panel query parses and runs, with the dashboard's variables as "All".

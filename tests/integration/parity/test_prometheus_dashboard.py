@@ -133,6 +133,13 @@ class DashboardQueriesOnARealPrometheus(unittest.TestCase):
         # The panels without a filter draw one line per series: the ranks and per-priority series are there.
         running = self.query("sglang:num_running_reqs")
         self.assertGreaterEqual(len({s["metric"].get("tp_rank") for s in running}), 2)
+        # SGLang's own collectors' gauges are integrated too (rankstatd's default --aggregate.integrate), per
+        # rank and with the collectors' labels.
+        def integrated():
+            mean = self.query("rate(sglang:num_running_reqs_time_weighted_seconds_total[15s])")
+            return len({s["metric"].get("tp_rank") for s in mean}) >= 2 and self.query("sglang:token_usage_window_max")
+        self.assertTrue(wait_until(integrated, 30, interval=1.0),
+                        self.query("{__name__=~'sglang:.*_time_weighted_seconds_total|sglang:.*_window_max'}"))
 
     def test_the_template_variables_have_values(self):
         for label in ("instance", "model_name"):

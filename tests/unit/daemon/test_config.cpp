@@ -7,6 +7,7 @@
 #include <map>
 
 #include "config.hpp"
+#include "gauge_integral.hpp"
 
 using namespace std::chrono_literals;
 
@@ -33,6 +34,31 @@ TEST_CASE("flags follow the exporter conventions and keep their defaults") {
   CHECK(parsed.config->poll_interval == 5ms);
   CHECK(parsed.config->poll_interval_max == 100ms);
   CHECK(parsed.config->stall_after == 30000ms);
+}
+
+TEST_CASE("integrated gauges default to the load gauges, take a list, and turn off with none") {
+  const char* defaults[] = {"rankstatd"};
+  auto d = rankstat::parse_config(1, defaults);
+  REQUIRE(d.config);
+  CHECK(d.config->integrate_families == rankstat::default_integrated_families());
+  CHECK(d.config->peak_window == 15000ms);
+  const char* listed[] = {"rankstatd",
+                          "--aggregate.integrate=sglang:num_queue_reqs,vllm:num_requests_waiting",
+                          "--aggregate.peak-window=1m"};
+  auto l = rankstat::parse_config(3, listed);
+  REQUIRE(l.config);
+  CHECK(l.config->integrate_families ==
+        std::vector<std::string>{"sglang:num_queue_reqs", "vllm:num_requests_waiting"});
+  CHECK(l.config->peak_window == 60000ms);
+  const char* off[] = {"rankstatd", "--aggregate.integrate=none", "--aggregate.peak-window=0"};
+  auto o = rankstat::parse_config(3, off);
+  REQUIRE(o.config);
+  CHECK(o.config->integrate_families.empty());
+  CHECK(o.config->peak_window == 0ms);
+  const char* bad[] = {"rankstatd", "--aggregate.integrate=not a name"};
+  auto b = rankstat::parse_config(2, bad);
+  CHECK_FALSE(b.config);
+  CHECK(b.message.find("not a name") != std::string::npos);
 }
 
 TEST_CASE("a bad flag value is refused with a message, not ignored") {

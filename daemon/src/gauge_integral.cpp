@@ -1,0 +1,134 @@
+#include "gauge_integral.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace rankstat {
+
+const std::vector<std::string>& default_integrated_families() {
+  static const std::vector<std::string> families = {
+      // SGLang: the typed snapshot fields and the collectors' gauges of the same names.
+      "sglang:num_running_reqs",
+      "sglang:num_queue_reqs",
+      "sglang:num_grammar_queue_reqs",
+      "sglang:num_running_reqs_offline_batch",
+      "sglang:num_prefill_bootstrap_queue_reqs",
+      "sglang:num_prefill_prealloc_queue_reqs",
+      "sglang:num_prefill_inflight_queue_reqs",
+      "sglang:num_decode_prealloc_queue_reqs",
+      "sglang:num_decode_transfer_queue_reqs",
+      "sglang:num_decode_host_receive_queue_reqs",
+      // KV: token_usage is already the largest of the full, SWA and mamba pools' usage, and
+      // num_used_tokens follows kv_used_tokens; each gauge integrated costs drain time on every report
+      // that changes it, so the redundant ones are left to --aggregate.integrate.
+      "sglang:token_usage",
+      "sglang:kv_used_tokens",
+      "sglang:pending_prealloc_token_usage",
+      // vLLM's PrometheusStatLogger.
+      "vllm:num_requests_running",
+      "vllm:num_requests_waiting",
+      "vllm:kv_cache_usage_perc",
+      "vllm:gpu_cache_usage_perc",
+  };
+  return families;
+}
+
+std::string integral_family_name(std::string_view gauge_family) {
+  return std::string(gauge_family).append("_time_weighted_seconds_total");
+}
+
+std::string window_max_family_name(std::string_view gauge_family) {
+  return std::string(gauge_family).append("_window_max");
+}
+
+std::string window_min_family_name(std::string_view gauge_family) {
+  return std::string(gauge_family).append("_window_min");
+}
+
+std::string integral_help(std::string_view gauge_family) {
+  return "Integral over time of " + std::string(gauge_family) +
+         " (value x seconds, held from each report of the rank to the next); rate() over a window is its "
+         "exact time-weighted mean.";
+}
+
+std::string window_help(std::string_view gauge_family, bool largest, std::uint64_t window_ns) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(window_ns) / 1e9);
+  return std::string(largest ? "Largest" : "Smallest") + " value of " + std::string(gauge_family) +
+         " over the trailing " + seconds + " s, from every report of the rank.";
+}
+
+void GaugeTrack::observe(std::uint64_t timestamp_ns, double value, std::uint64_t peak_window_ns) {
+  if (!std::isfinite(value)) return;
+  if (!has_value_) {
+    has_value_ = true;
+    value_ = value;
+    until_ns_ = timestamp_ns;
+    if (peak_window_ns != 0) push_piece(timestamp_ns, value, peak_window_ns);
+    return;
+  }
+  // Same value: the piece simply continues; nothing to integrate or queue yet.
+  if (value == value_) return;
+  hold_until(timestamp_ns);
+  value_ = value;
+  if (peak_window_ns != 0) push_piece(std::max(timestamp_ns, until_ns_), value, peak_window_ns);
+}
+
+void GaugeTrack::hold_until(std::uint64_t timestamp_ns) {
+  if (!has_value_ || timestamp_ns <= until_ns_) return;
+  if (value_ > 0) integral_ += value_ * (static_cast<double>(timestamp_ns - until_ns_) * 1e-9);
+  until_ns_ = timestamp_ns;
+}
+
+void GaugeTrack::push_piece(std::uint64_t start, double value, std::uint64_t peak_window_ns) {
+  // The previous piece (the newest in both queues, if still there) ends where this one starts.
+  for (RingQueue<Piece>* q : {&largest_, &smallest_}) {
+    if (!q->empty() && q->back().end == kOpen) q->back().end = start;
+  }
+  while (!largest_.empty() && largest_.back().value <= value) largest_.pop_back();
+  largest_.push_back({start, kOpen, value});
+  while (!smallest_.empty() && smallest_.back().value >= value) smallest_.pop_back();
+  smallest_.push_back({start, kOpen, value});
+  if (largest_.size() > kMaxPieces) largest_.pop_front();
+  if (smallest_.size() > kMaxPieces) smallest_.pop_front();
+  // Memory stays bounded by one window of reports even if nobody asks for the extrema.
+  if (start > peak_window_ns) {
+    expire(largest_, start - peak_window_ns);
+    expire(smallest_, start - peak_window_ns);
+  }
+}
+
+void GaugeTrack::expire(RingQueue<Piece>& pieces, std::uint64_t cutoff_ns) {
+  while (!pieces.empty() && pieces.front().end != kOpen && pieces.front().end <= cutoff_ns)
+    pieces.pop_front();
+}
+
+bool GaugeTrack::window_extrema(std::uint64_t now_ns, std::uint64_t window_ns, double& largest,
+                                double& smallest) {
+  if (!has_value_ || window_ns == 0) return false;
+  const std::uint64_t cutoff = now_ns > window_ns ? now_ns - window_ns : 0;
+  // The last value held until the writer's last sign of life; a writer silent for a whole window (dead,
+  // or stalled) has nothing in it.
+  if (until_ns_ < cutoff) return false;
+  expire(largest_, cutoff);
+  expire(smallest_, cutoff);
+  if (largest_.empty() || smallest_.empty()) return false;
+  largest = largest_.front().value;
+  smallest = smallest_.front().value;
+  return true;
+}
+
+void GaugeTrack::restore(double integral, double value, std::uint64_t until_ns) {
+  if (!std::isfinite(integral) || integral < 0 || !std::isfinite(value)) return;
+  integral_ = integral;
+  value_ = value;
+  until_ns_ = until_ns;
+  has_value_ = true;
+  largest_.clear();
+  smallest_.clear();
+  largest_.push_back({until_ns, kOpen, value});
+  smallest_.push_back({until_ns, kOpen, value});
+}
+
+}  // namespace rankstat
