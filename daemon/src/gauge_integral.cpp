@@ -65,14 +65,18 @@ void GaugeTrack::observe(std::uint64_t timestamp_ns, double value, std::uint64_t
     has_value_ = true;
     value_ = value;
     until_ns_ = timestamp_ns;
-    if (peak_window_ns != 0) push_piece(timestamp_ns, value, peak_window_ns);
+    if (peak_window_ns != 0) note(timestamp_ns, value, peak_window_ns);
     return;
   }
-  // Same value: the piece simply continues; nothing to integrate or queue yet.
+  // Same value: the piece simply continues; nothing to integrate or note yet.
   if (value == value_) return;
   hold_until(timestamp_ns);
+  if (peak_window_ns != 0) {
+    const std::uint64_t at = std::max(timestamp_ns, until_ns_);
+    note(at, value_, peak_window_ns);  // where the old value ends
+    note(at, value, peak_window_ns);   // where the new one starts
+  }
   value_ = value;
-  if (peak_window_ns != 0) push_piece(std::max(timestamp_ns, until_ns_), value, peak_window_ns);
 }
 
 void GaugeTrack::hold_until(std::uint64_t timestamp_ns) {
@@ -81,41 +85,38 @@ void GaugeTrack::hold_until(std::uint64_t timestamp_ns) {
   until_ns_ = timestamp_ns;
 }
 
-void GaugeTrack::push_piece(std::uint64_t start, double value, std::uint64_t peak_window_ns) {
-  // The previous piece (the newest in both queues, if still there) ends where this one starts.
-  for (RingQueue<Piece>* q : {&largest_, &smallest_}) {
-    if (!q->empty() && q->back().end == kOpen) q->back().end = start;
-  }
-  while (!largest_.empty() && largest_.back().value <= value) largest_.pop_back();
-  largest_.push_back({start, kOpen, value});
-  while (!smallest_.empty() && smallest_.back().value >= value) smallest_.pop_back();
-  smallest_.push_back({start, kOpen, value});
-  if (largest_.size() > kMaxPieces) largest_.pop_front();
-  if (smallest_.size() > kMaxPieces) smallest_.pop_front();
-  // Memory stays bounded by one window of reports even if nobody asks for the extrema.
-  if (start > peak_window_ns) {
-    expire(largest_, start - peak_window_ns);
-    expire(smallest_, start - peak_window_ns);
-  }
+std::uint64_t GaugeTrack::window_bucket_ns(std::uint64_t window_ns) {
+  return std::max<std::uint64_t>(window_ns / kWindowBuckets, 1);
 }
 
-void GaugeTrack::expire(RingQueue<Piece>& pieces, std::uint64_t cutoff_ns) {
-  while (!pieces.empty() && pieces.front().end != kOpen && pieces.front().end <= cutoff_ns)
-    pieces.pop_front();
+void GaugeTrack::note(std::uint64_t timestamp_ns, double value, std::uint64_t peak_window_ns) {
+  const std::uint64_t index = timestamp_ns / window_bucket_ns(peak_window_ns);
+  Bucket& b = buckets_[index % buckets_.size()];
+  if (b.index != index) {
+    b = Bucket{index, value, value};
+    return;
+  }
+  b.largest = std::max(b.largest, value);
+  b.smallest = std::min(b.smallest, value);
 }
 
 bool GaugeTrack::window_extrema(std::uint64_t now_ns, std::uint64_t window_ns, double& largest,
-                                double& smallest) {
+                                double& smallest) const {
   if (!has_value_ || window_ns == 0) return false;
   const std::uint64_t cutoff = now_ns > window_ns ? now_ns - window_ns : 0;
   // The last value held until the writer's last sign of life; a writer silent for a whole window (dead,
   // or stalled) has nothing in it.
   if (until_ns_ < cutoff) return false;
-  expire(largest_, cutoff);
-  expire(smallest_, cutoff);
-  if (largest_.empty() || smallest_.empty()) return false;
-  largest = largest_.front().value;
-  smallest = smallest_.front().value;
+  const std::uint64_t width = window_bucket_ns(window_ns);
+  const std::uint64_t first = cutoff / width;
+  const std::uint64_t last = now_ns / width;
+  largest = value_;
+  smallest = value_;
+  for (const Bucket& b : buckets_) {
+    if (b.index == ~std::uint64_t{0} || b.index < first || b.index > last) continue;
+    largest = std::max(largest, b.largest);
+    smallest = std::min(smallest, b.smallest);
+  }
   return true;
 }
 
@@ -125,10 +126,7 @@ void GaugeTrack::restore(double integral, double value, std::uint64_t until_ns) 
   value_ = value;
   until_ns_ = until_ns;
   has_value_ = true;
-  largest_.clear();
-  smallest_.clear();
-  largest_.push_back({until_ns, kOpen, value});
-  smallest_.push_back({until_ns, kOpen, value});
+  buckets_ = {};
 }
 
 }  // namespace rankstat

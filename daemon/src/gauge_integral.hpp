@@ -7,11 +7,11 @@
 // to drain or scrape, so the result does not depend on scrape interval, scraper count or drain pacing.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace rankstat {
@@ -37,40 +37,6 @@ std::string window_min_family_name(std::string_view gauge_family);
 std::string integral_help(std::string_view gauge_family);
 std::string window_help(std::string_view gauge_family, bool largest, std::uint64_t window_ns);
 
-// A double-ended queue of trivially copyable items in one growing ring buffer: unlike std::deque it
-// allocates only when it outgrows its largest size so far, so the drain path that pushes and pops on
-// every report allocates nothing once a window's worth of reports has been seen.
-template <typename T>
-class RingQueue {
- public:
-  bool empty() const { return size_ == 0; }
-  std::size_t size() const { return size_; }
-  T& front() { return items_[head_]; }
-  T& back() { return items_[(head_ + size_ - 1) & (items_.size() - 1)]; }
-  void pop_front() {
-    head_ = (head_ + 1) & (items_.size() - 1);
-    --size_;
-  }
-  void pop_back() { --size_; }
-  void push_back(const T& item) {
-    if (size_ == items_.size()) grow();
-    items_[(head_ + size_) & (items_.size() - 1)] = item;
-    ++size_;
-  }
-  void clear() { head_ = size_ = 0; }
-
- private:
-  void grow() {
-    std::vector<T> bigger(items_.empty() ? 8 : items_.size() * 2);  // a power of two: masks wrap
-    for (std::size_t i = 0; i < size_; ++i) bigger[i] = items_[(head_ + i) & (items_.size() - 1)];
-    items_ = std::move(bigger);
-    head_ = 0;
-  }
-  std::vector<T> items_;
-  std::size_t head_ = 0;
-  std::size_t size_ = 0;
-};
-
 // One gauge of one rank generation.
 class GaugeTrack {
  public:
@@ -86,37 +52,36 @@ class GaugeTrack {
   double value() const { return value_; }
   std::uint64_t integrated_until_ns() const { return until_ns_; }
 
-  // Largest and smallest value in effect during [now - window, min(now, last sign of life)]; false when
-  // nothing was in effect then (no report yet, or the writer's last sign of life is older than the window).
-  bool window_extrema(std::uint64_t now_ns, std::uint64_t window_ns, double& largest, double& smallest);
+  // Largest and smallest value in effect during the trailing window ending at `now_ns`, whose start is
+  // rounded down to a bucket boundary (window_bucket_ns): a value stays in the extrema for at most one
+  // bucket longer than the window. False when nothing was in effect then (no report yet, or the writer's
+  // last sign of life is older than the window).
+  bool window_extrema(std::uint64_t now_ns, std::uint64_t window_ns, double& largest, double& smallest) const;
+  // The resolution of the window: 1/kWindowBuckets of it.
+  static std::uint64_t window_bucket_ns(std::uint64_t window_ns);
+  static constexpr std::uint64_t kWindowBuckets = 16;
 
   // A daemon restart continues from what the previous daemon exported (RetiredTotals' checkpoint).
   void restore(double integral, double value, std::uint64_t until_ns);
 
  private:
-  // A value and the stretch of time it held: [start, end); end is kOpen while it still holds.
-  struct Piece {
-    std::uint64_t start;
-    std::uint64_t end;
-    double value;
+  // The largest and smallest value in effect during one bucket of the window's resolution. A value is
+  // noted in the bucket where it starts and, when it is replaced, in the bucket where it ends; a value
+  // that spans a whole window is the current one. So buckets inside the window plus the current value
+  // hold every value in effect during it, in O(1) per report and fixed memory.
+  struct Bucket {
+    std::uint64_t index = ~std::uint64_t{0};  // which bucket of time this slot holds; ~0: none yet
+    double largest = 0;
+    double smallest = 0;
   };
-  static constexpr std::uint64_t kOpen = ~std::uint64_t{0};
-  // Pieces kept per queue at most. A queue holds at most the reports of one window (1,500 at 100 Hz over
-  // 15 s, and only while values keep rising or falling); a writer that reports faster than that cannot
-  // make the daemon allocate without bound: its oldest pieces go first, which shortens its window.
-  static constexpr std::size_t kMaxPieces = 4096;
-  void push_piece(std::uint64_t start, double value, std::uint64_t peak_window_ns);
-  static void expire(RingQueue<Piece>& pieces, std::uint64_t cutoff_ns);
+  void note(std::uint64_t timestamp_ns, double value, std::uint64_t peak_window_ns);
 
   bool has_value_ = false;
   double value_ = 0;
   double integral_ = 0;
   std::uint64_t until_ns_ = 0;
-  // Monotonic queues over the trailing window: `largest_` holds decreasing values, `smallest_` increasing
-  // ones; a later piece that dominates an earlier one makes it irrelevant (it ends later). Amortised
-  // O(1) per report; memory bounded by the reports of one window.
-  RingQueue<Piece> largest_;
-  RingQueue<Piece> smallest_;
+  // A window spans kWindowBuckets buckets plus its partial edges: two more slots than that.
+  std::array<Bucket, kWindowBuckets + 2> buckets_{};
 };
 
 }  // namespace rankstat

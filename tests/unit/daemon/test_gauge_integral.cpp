@@ -107,8 +107,8 @@ TEST_CASE("a writer silent for a whole window has no window extrema") {
 }
 
 TEST_CASE("the window extrema agree with a brute-force scan over thousands of reports") {
-  // Reports every 10 ms for 60 s: a rising ramp (the smallest-value queue keeps every piece of a window),
-  // a falling one, then pseudo-random values; checked against every piece in effect during the window.
+  // Reports every 10 ms for 60 s: a rising ramp, a falling one, then pseudo-random values; checked
+  // against every piece in effect during the window (from the bucket boundary where it starts).
   GaugeTrack track;
   std::vector<std::pair<std::uint64_t, double>> reports;
   std::uint64_t state = 12345;
@@ -127,7 +127,9 @@ TEST_CASE("the window extrema agree with a brute-force scan over thousands of re
     track.observe(at, value, kWindow);
     track.hold_until(at);
     if (i % 250 != 249) continue;
-    const std::uint64_t cutoff = at > kWindow ? at - kWindow : 0;
+    // The window starts at the bucket boundary at or before now - window (its resolution).
+    const std::uint64_t width = GaugeTrack::window_bucket_ns(kWindow);
+    const std::uint64_t cutoff = (at > kWindow ? at - kWindow : 0) / width * width;
     double largest = -1;
     double smallest = 1e300;
     for (std::size_t r = 0; r < reports.size(); ++r) {
@@ -145,14 +147,31 @@ TEST_CASE("the window extrema agree with a brute-force scan over thousands of re
   }
 }
 
-TEST_CASE("a writer reporting a rising value very fast cannot make a window queue grow without bound") {
+TEST_CASE("a writer reporting a new value every microsecond keeps its window state fixed and exact") {
   GaugeTrack track;
   for (std::uint64_t i = 0; i < 100000; ++i) track.observe(i * 1000, static_cast<double>(i), kWindow);
   double largest = 0;
   double smallest = 0;
   REQUIRE(track.window_extrema(100000 * 1000, kWindow, largest, smallest));
   CHECK(largest == 99999);
-  CHECK(smallest == 100000 - 4096);  // the oldest pieces went first: the window is shortened, not wrong
+  CHECK(smallest == 0);  // all 0.1 s of reports are inside the window
+  REQUIRE(track.window_extrema(100000 * 1000 + kWindow + GaugeTrack::window_bucket_ns(kWindow), kWindow,
+                               largest, smallest) == false);  // silent for a whole window since
+}
+
+TEST_CASE("a value stays in the window extrema at most one bucket longer than the window") {
+  const std::uint64_t width = GaugeTrack::window_bucket_ns(kWindow);
+  GaugeTrack track;
+  track.observe(100 * kSecond, 20, kWindow);
+  track.observe(110 * kSecond, 500, kWindow);
+  track.observe(112 * kSecond, 20, kWindow);
+  track.hold_until(200 * kSecond);
+  double largest = 0;
+  double smallest = 0;
+  REQUIRE(track.window_extrema(112 * kSecond + kWindow - 1, kWindow, largest, smallest));
+  CHECK(largest == 500);  // still inside the exact window
+  REQUIRE(track.window_extrema(112 * kSecond + kWindow + width + 1, kWindow, largest, smallest));
+  CHECK(largest == 20);  // more than a bucket past it: gone
 }
 
 TEST_CASE("a restored checkpoint continues the integral and a recovered later report extends it") {
