@@ -12,7 +12,7 @@
 namespace rankstat {
 
 struct Config {
-  std::string listen_address = ":9473";
+  std::vector<std::string> listen_addresses{":9473"};  // --web.listen-address, repeatable
   std::string telemetry_path = "/metrics";
   std::string address_file;  // written with the bound address once listening (for scripts and tests)
   std::uint32_t max_connections = 64;
@@ -55,6 +55,12 @@ struct Config {
   // Series read per segment generation at most; beyond it they are dropped and counted.
   std::uint32_t max_series_per_segment = 100000;
   std::string config_file;  // re-read on SIGHUP; holds flag=value lines
+  // exporter-toolkit web config (TLS, basic auth, response headers); re-read on SIGHUP. Empty: plain HTTP.
+  std::string web_config_file;
+  // Serve on the sockets systemd passes (rankstatd.socket) instead of --web.listen-address.
+  bool systemd_socket = false;
+  // Whether /healthz and /readyz need the basic-auth credentials too (open by default: probes have none).
+  bool probes_require_auth = false;
 };
 
 // Parses "250ms", "2s", "1m", "1h" (a bare number is milliseconds). nullopt on anything else.

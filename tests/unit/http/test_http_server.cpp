@@ -30,7 +30,7 @@ namespace {
 
 ServerOptions loopback_options() {
   ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  options.listen_addresses = {"127.0.0.1:0"};
   return options;
 }
 
@@ -730,7 +730,7 @@ TEST_CASE("port 0 binds an ephemeral port reported by port() and bound_address()
 TEST_CASE("a bracketed IPv6 loopback address is accepted") {
   boost::asio::io_context io;
   ServerOptions options;
-  options.listen_address = "[::1]:0";
+  options.listen_addresses = {"[::1]:0"};
   std::optional<Server> server;
   try {
     server.emplace(io, options, echo_target_handler());
@@ -745,14 +745,14 @@ TEST_CASE("listening on a port already in use throws an error naming the address
   RunningServer running(loopback_options(), echo_target_handler());
   boost::asio::io_context io;
   ServerOptions options;
-  options.listen_address = "127.0.0.1:" + std::to_string(running.port());
+  options.listen_addresses = {"127.0.0.1:" + std::to_string(running.port())};
 
   try {
     Server clash(io, options, echo_target_handler());
     FAIL("binding an address in use succeeded");
   } catch (const std::runtime_error& error) {
     const std::string message = error.what();
-    CHECK(message.find(options.listen_address) != std::string::npos);
+    CHECK(message.find(options.listen_addresses.front()) != std::string::npos);
     CHECK(message.find("in use") != std::string::npos);
   }
 }
@@ -762,7 +762,7 @@ TEST_CASE("malformed listen addresses are rejected with a clear message") {
   for (const std::string address :
        {"9473", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:http", "[::1:9473", "::1:9473", "[]:9473"}) {
     ServerOptions options;
-    options.listen_address = address;
+    options.listen_addresses = {address};
     INFO("listen address " << address);
     try {
       Server server(io, options, echo_target_handler());
