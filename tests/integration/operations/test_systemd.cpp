@@ -97,6 +97,26 @@ int count_containing(const std::vector<std::string>& messages, const std::string
 
 }  // namespace
 
+TEST_CASE("systemd-analyze verify accepts rankstatd.socket with the service it activates") {
+  TempDir dir("rankstat-unit");
+  REQUIRE(run_command("sed 's|^ExecStart=/usr/bin/rankstatd |ExecStart=" + binary_path("daemon/rankstatd") +
+                      " --web.systemd-socket |' " + source_path("systemd/rankstatd.service") + " > " +
+                      dir.path() + "/rankstatd.service && cp " + source_path("systemd/rankstatd.socket") +
+                      " " + dir.path()) == 0);
+  const std::string err_path = dir.path() + "/stderr";
+  std::string out;
+  const int rc = run_command(
+      "(cd " + dir.path() + " && systemd-analyze verify --man=no ./rankstatd.socket 2> " + err_path + ")",
+      &out);
+  INFO("stdout: " << out);
+  INFO("stderr: " << read_file(err_path));
+  CHECK(rc == 0);
+  CHECK(read_file(err_path).empty());
+  const auto socket = assignments(source_path("systemd/rankstatd.socket"));
+  CHECK(single(socket, "ListenStream") == "9473");  // the daemon's default port
+  CHECK(read_file(source_path("systemd/rankstatd.socket")).find("--web.systemd-socket") != std::string::npos);
+}
+
 TEST_CASE("systemd-analyze verify accepts rankstatd.service without a word on stderr") {
   TempDir dir("rankstat-unit");
   // verify fails when ExecStart's binary is missing: point it at the one just built.
@@ -199,7 +219,8 @@ TEST_CASE(
   const std::string root = stage.path();
   for (const char* file :
        {"/usr/bin/rankstatd", "/usr/bin/rankstat", "/usr/lib/systemd/system/rankstatd.service",
-        "/etc/default/rankstatd", "/usr/lib/sysusers.d/rankstatd.conf", "/usr/lib/tmpfiles.d/rankstatd.conf",
+        "/usr/lib/systemd/system/rankstatd.socket", "/etc/default/rankstatd",
+        "/usr/lib/sysusers.d/rankstatd.conf", "/usr/lib/tmpfiles.d/rankstatd.conf",
         "/usr/share/doc/rankstat/operations.md", "/usr/share/doc/rankstat/api.md",
         "/usr/share/doc/rankstat/README.md", "/usr/share/doc/rankstat/examples/prometheus/rankstat.rules.yml",
         "/usr/share/doc/rankstat/examples/grafana/rankstat-overview.json"}) {
