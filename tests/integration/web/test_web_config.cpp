@@ -209,3 +209,27 @@ TEST_CASE(
   CHECK(daemon.process().running());
   CHECK(daemon.stop() == 0);
 }
+
+TEST_CASE("a client that never finishes its TLS handshake is closed at the header timeout and counted") {
+  TestPki pki;
+  TempDir shm;
+  write_file(pki.file("web.yml"), tls_config(pki, "NoClientCert"));
+  DaemonUnderTest daemon(shm.path(),
+                         {"--web.config.file=" + pki.file("web.yml"), "--web.header-timeout=500ms"});
+  // Connects, sends nothing, and reports how the daemon ended it and after how long.
+  std::string output;
+  REQUIRE(run_command("python3 -c \"import socket,time; s=socket.create_connection(('127.0.0.1'," +
+                          std::to_string(daemon.port()) +
+                          ")); s.settimeout(8); t=time.time(); d=s.recv(1); "
+                          "print('closed' if d==b'' else 'data', time.time()-t)\"",
+                      &output) == 0);
+  INFO(output);
+  CHECK(output.starts_with("closed"));
+  CHECK(std::stod(output.substr(output.find(' ') + 1)) < 3.0);
+  std::string body;
+  REQUIRE(run_command("curl -s --cacert " + pki.file("ca.crt") + " '" + https_url(daemon, "/metrics") + "'",
+                      &body) == 0);
+  CHECK(value_of(body, "rankstat_http_tls_handshake_failures_total").value_or(0) >= 1);
+  CHECK(value_of(body, "rankstat_http_header_timeouts_total").value_or(0) >= 1);
+  CHECK(daemon.stop() == 0);
+}

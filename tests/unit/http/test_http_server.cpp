@@ -526,7 +526,8 @@ TEST_CASE(
   CHECK(elapsed >= 250ms);
   CHECK(elapsed < 3s);
   CHECK(dripping.received().empty());
-  CHECK(running.server().header_timeouts_total() == 2);
+  // Beast closes the socket when the deadline fires and completes the read (which counts) afterwards.
+  CHECK(eventually([&] { return running.server().header_timeouts_total() == 2; }));
 }
 
 TEST_CASE("a request body may arrive after the header timeout as long as the read timeout holds") {
