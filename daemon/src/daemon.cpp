@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -530,7 +531,10 @@ struct Daemon::State {
   // then the endpoints; the configured headers go on every answer, 401 and 429 included.
   http::Response handle_secured(const http::Request& request) {
     const std::string path = path_of(request.target);
-    const bool open_probe = (path == "/healthz" || path == "/readyz") && !config.probes_require_auth;
+    const bool open_probe =
+        ((path == "/healthz" || path == "/readyz") && !config.probes_require_auth) ||
+        std::find(web->basic_auth_excluded_paths.begin(), web->basic_auth_excluded_paths.end(), path) !=
+            web->basic_auth_excluded_paths.end();
     http::Response response;
     if (!rate_allows()) {
       ++rate_limited;

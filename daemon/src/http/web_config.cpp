@@ -433,10 +433,14 @@ WebConfig parse_web_config(std::string_view yaml_text, const std::string& base_d
   WebConfig config;
   if (!present(root)) return config;  // an empty file: plain HTTP, no auth
   try {
-    check_keys(root, "", {"tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"});
+    check_keys(root, "",
+               {"tls_server_config", "http_server_config", "basic_auth_users", "basic_auth_excluded_paths",
+                "rate_limit"});
     config.tls = parse_tls(root["tls_server_config"], base_directory);
     parse_http(root["http_server_config"], config);
     parse_users(root["basic_auth_users"], config);
+    config.basic_auth_excluded_paths =
+        string_list(root["basic_auth_excluded_paths"], "basic_auth_excluded_paths");
     parse_rate_limit(root["rate_limit"], config);
   } catch (const YAML::Exception& error) {
     fail(std::string("invalid web config: ") + error.what());

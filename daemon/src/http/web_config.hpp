@@ -71,6 +71,8 @@ struct WebConfig {
   // http_server_config.headers, each validated against exporter-toolkit's fixed list.
   std::vector<std::pair<std::string, std::string>> headers;
   std::map<std::string, std::string> basic_auth_users;  // user -> bcrypt hash; empty: no auth
+  // Request paths (exact match, no query) served without basic auth, e.g. probe endpoints.
+  std::vector<std::string> basic_auth_excluded_paths;
   RateLimit rate_limit;
 };
 

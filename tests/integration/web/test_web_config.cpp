@@ -133,6 +133,13 @@ TEST_CASE(
                          {"--web.config.file=" + pki.file("web.yml"), "--web.probes-require-auth"});
   CHECK(curl_status(https_url(strict, "/healthz"), with_ca(pki)) == 401);
   CHECK(curl_status(https_url(strict, "/readyz"), with_ca(pki, {"-u", "prometheus:s3cret-pass"})) == 200);
+
+  // basic_auth_excluded_paths opens exactly the paths listed.
+  write_file(pki.file("web.yml"), read_file(pki.file("web.yml")) + "basic_auth_excluded_paths: [/metrics]\n");
+  DaemonUnderTest excluded(shm.path(), {"--web.config.file=" + pki.file("web.yml")});
+  CHECK(curl_status(https_url(excluded, "/metrics"), with_ca(pki)) == 200);
+  CHECK(curl_status(https_url(excluded, "/metrics?name[]=x"), with_ca(pki)) == 200);
+  CHECK(curl_status(https_url(excluded, "/api/v1/ranks"), with_ca(pki)) == 401);
 }
 
 TEST_CASE(
