@@ -206,7 +206,8 @@ class Connection {
       X509_VERIFY_PARAM_set1_ip_asc(verify, name.c_str());
     } else {
       // SSL_set_tlsext_host_name without its C cast.
-      SSL_ctrl(ssl_, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(name.c_str()));
+      SSL_ctrl(ssl_, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+               const_cast<char*>(name.c_str()));
       SSL_set1_host(ssl_, name.c_str());
     }
     for (;;) {
