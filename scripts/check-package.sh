@@ -183,7 +183,7 @@ cmake --install "${build}" --prefix "${prefix}" >"${work}/install.log" 2>&1 ||
 outside_prefix=$(grep -v "^${prefix}/" "${build}/install_manifest.txt" || true)
 [[ -z ${outside_prefix} ]] || fail "installed outside the prefix: ${outside_prefix}"
 for file in bin/rankstatd bin/rankstat etc/default/rankstatd lib/systemd/system/rankstatd.service \
-  lib/sysusers.d/rankstatd.conf lib/tmpfiles.d/rankstatd.conf include/rankstat/reporter.hpp \
+  lib/systemd/system/rankstatd.socket lib/sysusers.d/rankstatd.conf lib/tmpfiles.d/rankstatd.conf include/rankstat/reporter.hpp \
   include/rankstat/rankstat.h include/rankstat/shmproto/segment.hpp share/doc/rankstat/operations.md \
   lib/python3/dist-packages/rankstat/__init__.py; do
   [[ -e ${prefix}/${file} ]] || fail "cmake --install --prefix did not install ${file}"

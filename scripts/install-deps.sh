@@ -10,6 +10,9 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
   libsystemd-dev zlib1g-dev
+  # --web.config.file: TLS (OpenSSL), the YAML parser, bcrypt (libxcrypt); htpasswd makes bcrypt
+  # hashes in the tests and docs, openssl their certificates, curl checks every client_auth_type.
+  libssl-dev libyaml-cpp-dev libcrypt-dev apache2-utils openssl
   # ISA-L's igzip: rankstatd gzips /metrics with it at level 1 (several times faster than zlib).
   libisal-dev
   libbenchmark-dev

@@ -11,9 +11,16 @@ std::string Endpoint::display() const {
 
 std::optional<Endpoint> parse_address(std::string_view text, std::string& error) {
   std::string_view rest = text;
-  if (rest.starts_with("http://")) rest.remove_prefix(7);
+  bool tls = false;
+  if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
+  } else if (rest.starts_with("https://")) {
+    rest.remove_prefix(8);
+    tls = true;
+  }
   while (rest.ends_with('/')) rest.remove_suffix(1);
   Endpoint endpoint;
+  endpoint.tls = tls;
   std::string_view port;
   if (rest.starts_with('[')) {
     const auto close = rest.find(']');

@@ -1,5 +1,5 @@
 // The daemon's address as given on the command line: "host:port", ":port", "[v6]:port", optionally
-// prefixed with "http://" (a trailing "/" is tolerated).
+// prefixed with "http://" or "https://" (TLS; a trailing "/" is tolerated).
 #pragma once
 
 #include <optional>
@@ -11,6 +11,7 @@ namespace rankstat::cli {
 struct Endpoint {
   std::string host;  // without brackets
   std::string port;
+  bool tls = false;  // "https://": the daemon serves TLS (--web.config.file with tls_server_config)
 
   std::string display() const;  // host:port, brackets for IPv6
 };

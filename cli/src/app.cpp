@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <boost/json/serialize.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "address.hpp"
@@ -49,6 +50,8 @@ std::string check_duration(const std::string& text) {
 
 struct Options {
   std::string address = "127.0.0.1:9473";
+  ClientSecurity security;
+  std::string password_file;
   bool direct = false;
   std::string shm_dir = "/dev/shm";
   std::string stall_after = "30s";
@@ -80,6 +83,25 @@ void print_json(const boost::json::value& doc) {
   std::cout << boost::json::serialize(doc) << std::endl;
 }
 
+// The basic-auth password: the first line of `file`, else $RANKSTAT_PASSWORD. Never a flag value, which
+// `ps` would show to every user.
+std::string read_password(const std::string& file) {
+  if (file.empty()) {
+    const char* from_environment = std::getenv("RANKSTAT_PASSWORD");
+    if (from_environment == nullptr) {
+      throw CLI::ValidationError("--user",
+                                 "needs --password-file (or RANKSTAT_PASSWORD_FILE, RANKSTAT_PASSWORD)");
+    }
+    return from_environment;
+  }
+  std::ifstream in(file);
+  std::string password;
+  if (!in || !std::getline(in, password))
+    throw CLI::ValidationError("--password-file", "cannot read " + file);
+  while (!password.empty() && (password.back() == '\r' || password.back() == ' ')) password.pop_back();
+  return password;
+}
+
 std::unique_ptr<RankSource> make_source(const Options& o) {
   if (o.direct) {
     DirectOptions d;
@@ -104,6 +126,8 @@ std::unique_ptr<RankSource> make_source(const Options& o) {
   DaemonOptions d;
   d.endpoint = *endpoint;
   d.timeout = *parse_duration(o.timeout);
+  d.security = o.security;
+  if (!o.security.username.empty()) d.security.password = read_password(o.password_file);
   return make_daemon_source(d);
 }
 
@@ -186,9 +210,27 @@ int run(int argc, char** argv) {
       "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 daemon unreachable (or no segments with "
       "--direct),\n"
       "4 no such rank. JSON schema: docs/api.md.");
-  app.add_option("--address", o.address, "rankstatd's listen address, host:port")
+  app.add_option("--address", o.address, "rankstatd's listen address, host:port or https://host:port")
       ->envname("RANKSTAT_ADDRESS")
       ->capture_default_str();
+  app.add_option("--ca-file", o.security.ca_file,
+                 "https: CA certificates to trust for the daemon's certificate (default: the system's)")
+      ->envname("RANKSTAT_CA_FILE");
+  app.add_option("--cert-file", o.security.cert_file,
+                 "https: client certificate (PEM) for a daemon that asks for one")
+      ->envname("RANKSTAT_CERT_FILE");
+  app.add_option("--key-file", o.security.key_file, "https: the client certificate's key (PEM)")
+      ->envname("RANKSTAT_KEY_FILE");
+  app.add_option("--server-name", o.security.server_name,
+                 "https: the name the daemon's certificate must carry (default: the --address host)")
+      ->envname("RANKSTAT_SERVER_NAME");
+  app.add_option("--user", o.security.username,
+                 "Basic-auth user (basic_auth_users of the daemon's --web.config.file)")
+      ->envname("RANKSTAT_USER");
+  app.add_option("--password-file", o.password_file,
+                 "File whose first line is the --user password; else $RANKSTAT_PASSWORD (never a flag: ps "
+                 "shows flags)")
+      ->envname("RANKSTAT_PASSWORD_FILE");
   app.add_flag("--direct", o.direct, "Read the segments in --shm-dir directly (read-only; no daemon needed)");
   app.add_option("--shm-dir", o.shm_dir, "Segment directory for --direct")
       ->envname("RANKSTAT_SHM_DIR")

@@ -49,12 +49,14 @@ class DaemonSource final : public RankSource {
     return list;
   }
 
-  std::string description() const override { return "daemon " + options_.endpoint.display(); }
+  std::string description() const override {
+    return "daemon " + std::string(options_.endpoint.tls ? "https://" : "") + options_.endpoint.display();
+  }
 
  private:
   // The JSON object at `target`; nullopt on 404.
   std::optional<boost::json::object> get(const std::string& target) {
-    const HttpReply reply = http_get(options_.endpoint, target, options_.timeout);
+    const HttpReply reply = http_get(options_.endpoint, target, options_.timeout, options_.security);
     if (reply.failure == HttpFailure::kUnreachable) {
       throw SourceUnavailable(
           "rankstatd is not reachable: " + reply.error +
@@ -62,6 +64,12 @@ class DaemonSource final : public RankSource {
     }
     if (reply.failure != HttpFailure::kNone) throw SourceError(reply.error);
     if (reply.status == 404) return std::nullopt;
+    if (reply.status == 401) {
+      throw SourceError(
+          options_.security.username.empty()
+              ? "rankstatd asks for credentials: give --user and --password-file (or RANKSTAT_PASSWORD)"
+              : "rankstatd refused user '" + options_.security.username + "': wrong user or password");
+    }
     if (reply.status != 200) {
       throw SourceError("rankstatd answered " + std::to_string(reply.status) + " for " + target);
     }

@@ -1,7 +1,11 @@
 #include "http_client.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string_view>
 
 namespace rankstat::cli {
@@ -124,9 +129,179 @@ bool decode_chunked(std::string_view raw, std::string& out) {
   }
 }
 
+std::string base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t group = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (i + 1 < bytes.size())
+      group |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
+    out += kAlphabet[(group >> 18) & 63];
+    out += kAlphabet[(group >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(group >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[group & 63] : '=';
+  }
+  return out;
+}
+
+std::string openssl_errors() {
+  std::string text;
+  while (const unsigned long code = ERR_get_error()) {
+    char buffer[256];
+    ERR_error_string_n(code, buffer, sizeof buffer);
+    text += text.empty() ? "" : "; ";
+    text += buffer;
+  }
+  return text.empty() ? "unknown TLS error" : text;
+}
+
+enum class IoStatus { kOk, kClosed, kTimeout, kFailed };
+
+// A connected socket, plain or with a TLS session on top; both sides wait with poll() under one deadline.
+class Connection {
+ public:
+  explicit Connection(int fd) : socket_(fd) {}
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    if (context_ != nullptr) SSL_CTX_free(context_);
+  }
+
+  // Handshakes as a TLS client; false with `error` set when the daemon or its certificate is refused or
+  // ours is.
+  bool start_tls(const Endpoint& endpoint, const ClientSecurity& security, Clock::time_point deadline,
+                 std::string& error) {
+    context_ = SSL_CTX_new(TLS_client_method());
+    if (context_ == nullptr) return tls_failure("cannot create a TLS context", error);
+    SSL_CTX_set_min_proto_version(context_, TLS1_2_VERSION);
+    // The server may close without close_notify once the response is complete (Content-Length tells).
+    SSL_CTX_set_options(context_, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_verify(context_, SSL_VERIFY_PEER, nullptr);
+    const int trusted = security.ca_file.empty()
+                            ? SSL_CTX_set_default_verify_paths(context_)
+                            : SSL_CTX_load_verify_locations(context_, security.ca_file.c_str(), nullptr);
+    if (trusted != 1) return tls_failure("cannot read the CA file " + security.ca_file, error);
+    if (!security.cert_file.empty()) {
+      const std::string& key = security.key_file.empty() ? security.cert_file : security.key_file;
+      if (SSL_CTX_use_certificate_chain_file(context_, security.cert_file.c_str()) != 1) {
+        return tls_failure("cannot read the client certificate " + security.cert_file, error);
+      }
+      if (SSL_CTX_use_PrivateKey_file(context_, key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+          SSL_CTX_check_private_key(context_) != 1) {
+        return tls_failure("cannot use the client key " + key, error);
+      }
+    }
+    ssl_ = SSL_new(context_);
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, socket_.fd()) != 1) return tls_failure("cannot start TLS", error);
+    // The daemon's certificate must name what we connect to: an IP address as an IP SAN, a host name as
+    // a DNS SAN (then also sent as SNI).
+    const std::string& name = security.server_name.empty() ? endpoint.host : security.server_name;
+    unsigned char address[16];
+    const bool is_ip =
+        ::inet_pton(AF_INET, name.c_str(), address) == 1 || ::inet_pton(AF_INET6, name.c_str(), address) == 1;
+    X509_VERIFY_PARAM* verify = SSL_get0_param(ssl_);
+    if (is_ip) {
+      X509_VERIFY_PARAM_set1_ip_asc(verify, name.c_str());
+    } else {
+      // SSL_set_tlsext_host_name without its C cast.
+      SSL_ctrl(ssl_, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+               const_cast<char*>(name.c_str()));
+      SSL_set1_host(ssl_, name.c_str());
+    }
+    for (;;) {
+      const int rc = SSL_connect(ssl_);
+      if (rc == 1) return true;
+      const IoStatus status = wait_for_ssl(rc, deadline);
+      if (status == IoStatus::kOk) continue;
+      if (status == IoStatus::kTimeout) {
+        error = "timed out in the TLS handshake with " + endpoint.display();
+        return false;
+      }
+      const long verdict = SSL_get_verify_result(ssl_);
+      const std::string reason =
+          verdict != X509_V_OK ? std::string(X509_verify_cert_error_string(verdict)) : openssl_errors();
+      error = "TLS handshake with " + endpoint.display() + " failed: " + reason;
+      return false;
+    }
+  }
+
+  IoStatus send_all(std::string_view data, Clock::time_point deadline) {
+    std::size_t sent = 0;
+    while (sent < data.size()) {
+      if (ssl_ != nullptr) {
+        const int n = SSL_write(ssl_, data.data() + sent, static_cast<int>(data.size() - sent));
+        if (n > 0) {
+          sent += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (const IoStatus status = wait_for_ssl(n, deadline); status != IoStatus::kOk) return status;
+        continue;
+      }
+      if (!wait_ready(socket_.fd(), POLLOUT, deadline)) return IoStatus::kTimeout;
+      const ssize_t n = ::send(socket_.fd(), data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return IoStatus::kFailed;
+      if (n > 0) sent += static_cast<std::size_t>(n);
+    }
+    return IoStatus::kOk;
+  }
+
+  // Appends what arrives to `out`; kClosed at the end of the stream.
+  IoStatus receive(std::string& out, Clock::time_point deadline) {
+    char buffer[16384];
+    for (;;) {
+      if (ssl_ != nullptr) {
+        const int n = SSL_read(ssl_, buffer, sizeof buffer);
+        if (n > 0) {
+          out.append(buffer, static_cast<std::size_t>(n));
+          return IoStatus::kOk;
+        }
+        if (SSL_get_error(ssl_, n) == SSL_ERROR_ZERO_RETURN) return IoStatus::kClosed;
+        if (const IoStatus status = wait_for_ssl(n, deadline); status != IoStatus::kOk) return status;
+        continue;
+      }
+      if (!wait_ready(socket_.fd(), POLLIN, deadline)) return IoStatus::kTimeout;
+      const ssize_t n = ::recv(socket_.fd(), buffer, sizeof buffer, 0);
+      if (n == 0) return IoStatus::kClosed;
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) continue;
+        return IoStatus::kFailed;
+      }
+      out.append(buffer, static_cast<std::size_t>(n));
+      return IoStatus::kOk;
+    }
+  }
+
+ private:
+  // After an SSL call returned `rc`: waits for what it needs; kFailed when it failed for good.
+  IoStatus wait_for_ssl(int rc, Clock::time_point deadline) {
+    switch (SSL_get_error(ssl_, rc)) {
+      case SSL_ERROR_WANT_READ:
+        return wait_ready(socket_.fd(), POLLIN, deadline) ? IoStatus::kOk : IoStatus::kTimeout;
+      case SSL_ERROR_WANT_WRITE:
+        return wait_ready(socket_.fd(), POLLOUT, deadline) ? IoStatus::kOk : IoStatus::kTimeout;
+      case SSL_ERROR_ZERO_RETURN:
+        return IoStatus::kClosed;
+      default:
+        return IoStatus::kFailed;
+    }
+  }
+
+  bool tls_failure(const std::string& what, std::string& error) {
+    error = what + ": " + openssl_errors();
+    return false;
+  }
+
+  Socket socket_;
+  SSL_CTX* context_ = nullptr;
+  SSL* ssl_ = nullptr;
+};
+
 }  // namespace
 
-HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chrono::milliseconds timeout) {
+HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chrono::milliseconds timeout,
+                   const ClientSecurity& security) {
   HttpReply reply;
   const auto deadline = Clock::now() + timeout;
   const int fd = connect_to(endpoint, deadline, reply.error);
@@ -134,44 +309,47 @@ HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chr
     reply.failure = HttpFailure::kUnreachable;
     return reply;
   }
-  Socket socket(fd);
-  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + endpoint.display() +
-                              "\r\nUser-Agent: rankstat/" RANKSTAT_VERSION
-                              "\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
-  std::size_t sent = 0;
-  while (sent < request.size()) {
-    if (!wait_ready(fd, POLLOUT, deadline)) {
-      reply.failure = HttpFailure::kTimeout;
-      reply.error = "timed out sending to " + endpoint.display();
-      return reply;
-    }
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      reply.failure = HttpFailure::kUnreachable;
-      reply.error = "cannot send to " + endpoint.display() + ": " + std::strerror(errno);
-      return reply;
-    }
-    if (n > 0) sent += static_cast<std::size_t>(n);
+  Connection connection(fd);
+  if (endpoint.tls && !connection.start_tls(endpoint, security, deadline, reply.error)) {
+    reply.failure = HttpFailure::kTls;
+    return reply;
+  }
+  std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + endpoint.display() +
+                        "\r\nUser-Agent: rankstat/" RANKSTAT_VERSION
+                        "\r\nAccept: application/json\r\nConnection: close\r\n";
+  if (!security.username.empty()) {
+    request += "Authorization: Basic " + base64(security.username + ":" + security.password) + "\r\n";
+  }
+  request += "\r\n";
+  const IoStatus sent = connection.send_all(request, deadline);
+  std::fill(request.begin(), request.end(), '\0');  // it may hold the password
+  if (sent == IoStatus::kTimeout) {
+    reply.failure = HttpFailure::kTimeout;
+    reply.error = "timed out sending to " + endpoint.display();
+    return reply;
+  }
+  if (sent != IoStatus::kOk) {
+    reply.failure = HttpFailure::kUnreachable;
+    reply.error = "cannot send to " + endpoint.display() + ": " + std::strerror(errno);
+    return reply;
   }
   std::string raw;
-  char buffer[16384];
   for (;;) {
-    if (!wait_ready(fd, POLLIN, deadline)) {
+    const IoStatus status = connection.receive(raw, deadline);
+    if (status == IoStatus::kClosed) break;
+    if (status == IoStatus::kTimeout) {
       reply.failure = HttpFailure::kTimeout;
       reply.error = "timed out waiting for " + endpoint.display() + target;
       return reply;
     }
-    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
+    if (status == IoStatus::kFailed) {
       // A reset after a complete answer is still an answer; otherwise the daemon went away.
-      if (errno == ECONNRESET && !raw.empty()) break;
-      reply.failure = HttpFailure::kUnreachable;
-      reply.error = "connection to " + endpoint.display() + " failed: " + std::strerror(errno);
+      if (!raw.empty()) break;
+      reply.failure = endpoint.tls ? HttpFailure::kTls : HttpFailure::kUnreachable;
+      reply.error = "connection to " + endpoint.display() + " failed" +
+                    (endpoint.tls ? ": " + openssl_errors() : ": " + std::string(std::strerror(errno)));
       return reply;
     }
-    raw.append(buffer, static_cast<std::size_t>(n));
     if (raw.size() > (std::size_t{256} << 20)) {
       reply.failure = HttpFailure::kProtocol;
       reply.error = "answer from " + endpoint.display() + " is larger than 256 MiB";

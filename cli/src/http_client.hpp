@@ -1,6 +1,6 @@
-// A small blocking HTTP/1.1 GET client over POSIX sockets, enough for the daemon's JSON API: one
-// request per connection ("Connection: close"), identity encoding, Content-Length, chunked or
-// read-to-close bodies, one deadline for the whole exchange.
+// A small blocking HTTP/1.1 GET client over POSIX sockets, optionally over TLS (OpenSSL), enough for the
+// daemon's JSON API: one request per connection ("Connection: close"), identity encoding,
+// Content-Length, chunked or read-to-close bodies, one deadline for the whole exchange, basic auth.
 #pragma once
 
 #include <chrono>
@@ -15,6 +15,17 @@ enum class HttpFailure {
   kUnreachable,  // name resolution, connect refused or timed out: nobody is listening there
   kTimeout,      // connected, but no complete answer before the deadline
   kProtocol,     // an answer that is not HTTP/1.x
+  kTls,          // the TLS handshake failed (untrusted server, refused client certificate, ...)
+};
+
+// How to reach a secured daemon (docs/operations.md "Securing rankstatd").
+struct ClientSecurity {
+  std::string ca_file;      // trust these CAs for the daemon's certificate; empty: the system's
+  std::string cert_file;    // client certificate (PEM), for client_auth_type ...ClientCert
+  std::string key_file;     // its key; empty: cert_file holds both
+  std::string server_name;  // name the daemon's certificate must carry; empty: the address's host
+  std::string username;     // basic auth; empty: none
+  std::string password;     // a secret: taken from a file or the environment, never a flag
 };
 
 struct HttpReply {
@@ -25,6 +36,7 @@ struct HttpReply {
   std::string body;
 };
 
-HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chrono::milliseconds timeout);
+HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chrono::milliseconds timeout,
+                   const ClientSecurity& security = {});
 
 }  // namespace rankstat::cli

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "address.hpp"
+#include "http_client.hpp"
 
 namespace rankstat::cli {
 
@@ -47,6 +48,7 @@ class RankSource {
 struct DaemonOptions {
   Endpoint endpoint;
   std::chrono::milliseconds timeout{5000};
+  ClientSecurity security;  // TLS trust, client certificate and basic auth for a secured daemon
 };
 
 struct DirectOptions {

@@ -186,9 +186,16 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d, const std::set<std:
   // Config-file keys are the flag names ("log.level = debug"); CLI11 would otherwise read the dot as a
   // section separator and silently ignore every key.
   app.get_config_formatter_base()->parentSeparator('/');
-  app.add_option("--web.listen-address", c.listen_address,
-                 "Address to listen on for HTTP: host:port or :port")
+  app.add_option("--web.listen-address", c.listen_addresses,
+                 "Address to listen on for HTTP: host:port or :port; repeatable (e.g. IPv4 and IPv6)")
       ->capture_default_str();
+  app.add_option("--web.config.file", c.web_config_file,
+                 "exporter-toolkit web config (TLS, client certificates, basic auth, headers); re-read on "
+                 "SIGHUP");
+  app.add_flag("--web.systemd-socket", c.systemd_socket,
+               "Serve on the sockets systemd passes (rankstatd.socket) instead of --web.listen-address");
+  app.add_flag("--web.probes-require-auth", c.probes_require_auth,
+               "Ask /healthz and /readyz for the basic-auth credentials too (open by default)");
   app.add_option("--web.telemetry-path", c.telemetry_path, "Path under which to expose metrics")
       ->capture_default_str()
       ->check(
@@ -387,7 +394,10 @@ std::optional<Config> reload_config(const Config& base, std::string& error) {
     return std::nullopt;
   }
   // The listener and the shm directory stay as started: changing them needs a restart.
-  c.listen_address = base.listen_address;
+  c.listen_addresses = base.listen_addresses;
+  c.web_config_file = base.web_config_file;
+  c.systemd_socket = base.systemd_socket;
+  c.probes_require_auth = base.probes_require_auth;
   c.telemetry_path = base.telemetry_path;
   c.shm_dir = base.shm_dir;
   c.address_file = base.address_file;

@@ -12,7 +12,7 @@
 namespace rankstat {
 
 struct Config {
-  std::string listen_address = ":9473";
+  std::vector<std::string> listen_addresses{":9473"};  // --web.listen-address, repeatable
   std::string telemetry_path = "/metrics";
   std::string address_file;  // written with the bound address once listening (for scripts and tests)
   std::uint32_t max_connections = 64;
@@ -61,6 +61,12 @@ struct Config {
   bool integrate_default = true;  // --aggregate.integrate not given: the built-in list
   // Trailing window of the _window_max / _window_min gauges; 0: none exported.
   std::chrono::milliseconds peak_window{15000};
+  // exporter-toolkit web config (TLS, basic auth, response headers); re-read on SIGHUP. Empty: plain HTTP.
+  std::string web_config_file;
+  // Serve on the sockets systemd passes (rankstatd.socket) instead of --web.listen-address.
+  bool systemd_socket = false;
+  // Whether /healthz and /readyz need the basic-auth credentials too (open by default: probes have none).
+  bool probes_require_auth = false;
 };
 
 // Parses "250ms", "2s", "1m", "1h" (a bare number is milliseconds). nullopt on anything else.

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -21,14 +22,17 @@
 
 #include "aggregation.hpp"
 #include "api_json.hpp"
+#include "http/basic_auth.hpp"
 #include "http/gzip.hpp"
 #include "http/http_server.hpp"
 #include "http/systemd_notify.hpp"
+#include "http/web_config.hpp"
 #include "poll_pacer.hpp"
 #include "process_metrics.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "rankstat/shmproto/schema.hpp"
 #include "retired_totals.hpp"
+#include "scrape_filter.hpp"
 #include "segment_registry.hpp"
 #include "self_metrics.hpp"
 #include "text_exposition.hpp"
@@ -165,6 +169,16 @@ struct Daemon::State {
   // Exit notification per live writer process, keyed by (segment name, generation).
   std::map<std::pair<std::string, std::uint64_t>, std::unique_ptr<asio::posix::stream_descriptor>>
       exit_watches;
+  // --web.config.file as last loaded (defaults: plain HTTP, no auth), replaced whole on SIGHUP; with the
+  // basic-auth checker and rate-limit bucket built from it. Touched on the io thread only.
+  std::shared_ptr<const http::WebConfig> web = std::make_shared<const http::WebConfig>();
+  http::BasicAuth auth;
+  double rate_tokens = 0;
+  std::chrono::steady_clock::time_point rate_refilled = std::chrono::steady_clock::now();
+  std::uint64_t auth_failures_missing = 0;
+  std::uint64_t auth_failures_wrong = 0;
+  std::uint64_t rate_limited = 0;
+  std::size_t engine_families = 0;  // families of the last exposition that are the engine's (scrape filter)
 
   explicit State(Config c)
       : config(std::move(c)), retired(config.state_dir), registry(registry_options(config), retired) {
@@ -313,6 +327,7 @@ struct Daemon::State {
       if (ec || stopping) return;
       http::notify_reloading();
       std::string error;
+      const bool web_reloaded = reload_web_config();
       if (auto reloaded = reload_config(config, error)) {
         config = *reloaded;
         spdlog::set_level(spdlog::level::from_str(config.log_level));
@@ -322,7 +337,7 @@ struct Daemon::State {
                            config.instance_owners);
         registry.set_max_series_per_segment(config.max_series_per_segment);
         pacer.set_bounds(config.poll_interval, config.poll_interval_max);
-        self.note_reload(true);
+        self.note_reload(web_reloaded);
         spdlog::info("configuration reloaded");
       } else {
         self.note_reload(false);
@@ -390,7 +405,11 @@ struct Daemon::State {
       c.connections_evicted_reading_headers_total = server->connections_evicted_reading_headers_total();
       c.connections_evicted_reading_body_total = server->connections_evicted_reading_body_total();
       c.header_timeouts_total = server->header_timeouts_total();
+      c.tls_handshake_failures_total = server->tls_handshake_failures_total();
     }
+    c.auth_failures_missing_total = auth_failures_missing;
+    c.auth_failures_wrong_total = auth_failures_wrong;
+    c.rate_limited_total = rate_limited;
     return c;
   }
 
@@ -440,6 +459,7 @@ struct Daemon::State {
     // The engine families in prometheus_client's spelling (what engine.finish() gives through
     // exposition::serialize with Dialect::kPrometheusClient), then the self-metrics in prometheus-cpp's.
     engine.render(body, &family_ends);
+    engine_families = family_ends.size();
     for (const prometheus::MetricFamily& family : self.collect(registry, http_counters(), now_ns)) {
       exposition::append_family(body, family);
       family_ends.push_back(body.size());
@@ -460,6 +480,14 @@ struct Daemon::State {
     if (path == config.telemetry_path) {
       http::Response r;
       r.content_type = std::string(kTextContentType);
+      if (const ScrapeFilter filter = parse_scrape_filter(request.target); filter.active()) {
+        std::string full;
+        std::vector<std::size_t> family_ends;
+        render_metrics(full, family_ends);
+        r.body = apply_scrape_filter(full, family_ends, engine_families, filter);
+        r.compressible = true;
+        return r;
+      }
       std::vector<std::size_t>& family_ends = body_family_ends;
       family_ends.clear();
       if (http::accepts_gzip(request.accept_encoding)) {
@@ -517,6 +545,78 @@ struct Daemon::State {
     return text_response(404, "not found: try " + config.telemetry_path + "\n");
   }
 
+  // Every request enters here: the web config's rate limit, then basic auth (the probes may stay open),
+  // then the endpoints; the configured headers go on every answer, 401 and 429 included.
+  http::Response handle_secured(const http::Request& request) {
+    const std::string path = path_of(request.target);
+    const bool open_probe =
+        ((path == "/healthz" || path == "/readyz") && !config.probes_require_auth) ||
+        std::find(web->basic_auth_excluded_paths.begin(), web->basic_auth_excluded_paths.end(), path) !=
+            web->basic_auth_excluded_paths.end();
+    http::Response response;
+    if (!rate_allows()) {
+      ++rate_limited;
+      response = text_response(429, "Too Many Requests\n");
+    } else if (!auth.enabled() || open_probe) {
+      response = handle(request);
+    } else {
+      const http::AuthOutcome outcome = auth.check(request.authorization);
+      if (outcome == http::AuthOutcome::kAccepted) {
+        response = handle(request);
+      } else {
+        // Neither the header nor the user name is logged: either may be a password typed in the wrong place.
+        ++(outcome == http::AuthOutcome::kMissing ? auth_failures_missing : auth_failures_wrong);
+        spdlog::debug("HTTP request for {} refused: {} credentials", path.substr(0, 200),
+                      outcome == http::AuthOutcome::kMissing ? "missing" : "wrong");
+        response = text_response(401, "Unauthorized\n");
+        response.extra_headers.emplace_back("WWW-Authenticate", std::string(http::BasicAuth::kChallenge));
+      }
+    }
+    for (const auto& header : web->headers) response.extra_headers.push_back(header);
+    return response;
+  }
+
+  // exporter-toolkit's rate_limit: a token bucket of `burst` requests refilled one per `interval`.
+  bool rate_allows() {
+    const http::RateLimit& limit = web->rate_limit;
+    if (limit.interval.count() == 0) return true;
+    const auto now = std::chrono::steady_clock::now();
+    const double refill = std::chrono::duration<double>(now - rate_refilled).count() /
+                          std::chrono::duration<double>(limit.interval).count();
+    rate_tokens = std::min(static_cast<double>(limit.burst), rate_tokens + refill);
+    rate_refilled = now;
+    if (rate_tokens < 1) return false;
+    rate_tokens -= 1;
+    return true;
+  }
+
+  void apply_web_config(std::shared_ptr<const http::WebConfig> fresh) {
+    // New users or hashes start with an empty verification cache; unchanged ones keep theirs.
+    if (fresh->basic_auth_users != web->basic_auth_users) auth = http::BasicAuth(fresh->basic_auth_users);
+    rate_tokens = fresh->rate_limit.burst;
+    rate_refilled = std::chrono::steady_clock::now();
+    web = std::move(fresh);
+  }
+
+  // SIGHUP: re-reads --web.config.file; certificates apply to connections accepted from now on, the
+  // listener stays open. A file that cannot be used leaves the current config in force.
+  bool reload_web_config() {
+    if (config.web_config_file.empty()) return true;
+    try {
+      auto fresh = std::make_shared<const http::WebConfig>(http::load_web_config(config.web_config_file));
+      if (fresh->tls.has_value() != server->serves_tls()) {
+        throw http::WebConfigError("switching between HTTP and HTTPS (tls_server_config) needs a restart");
+      }
+      if (fresh->tls) server->set_tls_context(http::make_tls_context(*fresh->tls));
+      apply_web_config(std::move(fresh));
+      spdlog::info("web config {} reloaded", config.web_config_file);
+      return true;
+    } catch (const std::exception& e) {
+      spdlog::error("web config reload failed, keeping the current one: {}", e.what());
+      return false;
+    }
+  }
+
   void write_address_file() {
     if (config.address_file.empty()) return;
     const std::string temporary = config.address_file + ".tmp";
@@ -535,15 +635,21 @@ Daemon::~Daemon() = default;
 
 int Daemon::run() {
   State& s = *state_;
+  if (!s.config.web_config_file.empty()) {
+    s.apply_web_config(
+        std::make_shared<const http::WebConfig>(http::load_web_config(s.config.web_config_file)));
+  }
   http::ServerOptions options;
-  options.listen_address = s.config.listen_address;
+  options.listen_addresses = s.config.listen_addresses;
+  if (s.config.systemd_socket) options.listener_fds = http::systemd_listen_fds();
+  if (s.web->tls) options.tls = http::make_tls_context(*s.web->tls);
   options.max_connections = s.config.max_connections;
   options.gzip_level = s.config.gzip_level;
   options.read_timeout = s.config.read_timeout;
   options.header_timeout = s.config.header_timeout;
   options.max_connections_per_peer = s.config.max_connections_per_peer;
-  s.server =
-      std::make_unique<http::Server>(s.io, options, [&s](const http::Request& r) { return s.handle(r); });
+  s.server = std::make_unique<http::Server>(s.io, options,
+                                            [&s](const http::Request& r) { return s.handle_secured(r); });
   if (!s.config.state_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(s.config.state_dir, ec);
@@ -555,9 +661,12 @@ int Daemon::run() {
   s.drain_rings(shm::monotonic_ns(), false);
   s.server->start();
   s.write_address_file();
-  spdlog::info("rankstatd {} (shm layout {}.{}) listening on {}{}, reading {}", RANKSTAT_VERSION,
-               shm::kLayoutMajor, shm::kLayoutMinor, s.server->bound_address(), s.config.telemetry_path,
-               s.config.shm_dir);
+  std::string addresses;
+  for (const std::string& address : s.server->bound_addresses())
+    addresses += (addresses.empty() ? "" : ", ") + address;
+  spdlog::info("rankstatd {} (shm layout {}.{}) listening on {} ({}{}) at {}, reading {}", RANKSTAT_VERSION,
+               shm::kLayoutMajor, shm::kLayoutMinor, addresses, s.server->serves_tls() ? "HTTPS" : "HTTP",
+               s.auth.enabled() ? ", basic auth" : "", s.config.telemetry_path, s.config.shm_dir);
   s.start_poll();
   s.start_liveness();
   s.start_scan();

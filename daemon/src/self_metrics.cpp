@@ -217,6 +217,25 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                                           "--web.header-timeout.",
                                           MetricType::Counter);
   add_sample(http_header_timeouts, {}, static_cast<double>(http.header_timeouts_total));
+  auto http_tls_failures =
+      make_family("rankstat_http_tls_handshake_failures_total",
+                  "TLS handshakes that failed or did not finish within --web.header-timeout "
+                  "(no or untrusted client certificate, protocol mismatch).",
+                  MetricType::Counter);
+  add_sample(http_tls_failures, {}, static_cast<double>(http.tls_handshake_failures_total));
+  auto http_auth_failures =
+      make_family("rankstat_http_auth_failures_total",
+                  "Requests refused with 401 by basic_auth_users of --web.config.file, by "
+                  "reason: missing (no usable credentials) or wrong (unknown user or "
+                  "wrong password).",
+                  MetricType::Counter);
+  add_sample(http_auth_failures, {{"reason", "missing"}},
+             static_cast<double>(http.auth_failures_missing_total));
+  add_sample(http_auth_failures, {{"reason", "wrong"}}, static_cast<double>(http.auth_failures_wrong_total));
+  auto http_rate_limited =
+      make_family("rankstat_http_rate_limited_total",
+                  "Requests refused with 429 by rate_limit of --web.config.file.", MetricType::Counter);
+  add_sample(http_rate_limited, {}, static_cast<double>(http.rate_limited_total));
 
   auto segments =
       make_family("rankstat_segments", "Current segment generations by liveness state.", MetricType::Gauge);
@@ -288,6 +307,9 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                   &http_evicted,
                   &http_per_peer,
                   &http_header_timeouts,
+                  &http_tls_failures,
+                  &http_auth_failures,
+                  &http_rate_limited,
                   &segments,
                   &up,
                   &heartbeat_only,

@@ -16,6 +16,9 @@
 #include <boost/beast/http/span_body.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <sys/socket.h>
 
 #include <spdlog/spdlog.h>
 
@@ -27,6 +30,7 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <system_error>
 #include <unordered_set>
 
 namespace rankstat::http {
@@ -225,6 +229,22 @@ void bind_listener(tcp::acceptor& acceptor, asio::io_context& io, const std::str
   if (ec) throw fail(ec);
 }
 
+// Takes over a listening socket someone else opened (systemd socket activation).
+void adopt_listener(tcp::acceptor& acceptor, int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    throw std::runtime_error("cannot use inherited socket " + std::to_string(fd) + ": " +
+                             std::system_category().message(errno));
+  }
+  if (address.ss_family != AF_INET && address.ss_family != AF_INET6) {
+    throw std::runtime_error("inherited socket " + std::to_string(fd) + " is not an IPv4 or IPv6 socket");
+  }
+  error_code ec;
+  acceptor.assign(address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  if (ec) throw std::runtime_error("cannot use inherited socket " + std::to_string(fd) + ": " + ec.message());
+}
+
 std::string format_endpoint(const tcp::endpoint& endpoint) {
   const std::string host = endpoint.address().to_string();
   const std::string port = std::to_string(endpoint.port());
@@ -291,7 +311,30 @@ constexpr std::chrono::milliseconds kMaxLingerTime{1000};
 constexpr std::size_t kMaxLingerBytes = 65536;
 constexpr std::chrono::milliseconds kAcceptRetryDelay{100};
 
-class Session;
+// What the server needs of a connection, whatever its stream (plain TCP or TLS).
+class SessionBase {
+ public:
+  SessionBase() = default;
+  SessionBase(const SessionBase&) = delete;
+  SessionBase& operator=(const SessionBase&) = delete;
+  virtual ~SessionBase() = default;
+  // What evicting this connection would cost, lower first; nullopt: never evicted (see Session).
+  [[nodiscard]] virtual std::optional<int> eviction_rank() const = 0;
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point phase_since() const = 0;
+  virtual void evict() = 0;
+  virtual void on_server_stop() = 0;
+  virtual void force_close() = 0;
+};
+
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+// One listening socket with its accept-retry timer.
+struct Listener {
+  explicit Listener(asio::io_context& io) : acceptor(io), retry_timer(io) {}
+  tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;
+  tcp::endpoint endpoint;
+};
 
 }  // namespace
 
@@ -304,18 +347,44 @@ namespace detail {
 class ServerCore : public std::enable_shared_from_this<ServerCore> {
  public:
   ServerCore(asio::io_context& io, ServerOptions options, Handler handler)
-      : options_(std::move(options)), handler_(std::move(handler)), acceptor_(io), accept_retry_timer_(io) {
+      : options_(std::move(options)), handler_(std::move(handler)), tls_(options_.tls) {
     if (!handler_) throw std::invalid_argument("HTTP server needs a request handler");
-    bind_listener(acceptor_, io, options_.listen_address);
-    bound_endpoint_ = acceptor_.local_endpoint();
+    if (!options_.listener_fds.empty()) {
+      for (const int fd : options_.listener_fds) {
+        auto listener = std::make_unique<Listener>(io);
+        adopt_listener(listener->acceptor, fd);
+        listener->endpoint = listener->acceptor.local_endpoint();
+        listeners_.push_back(std::move(listener));
+      }
+    } else {
+      if (options_.listen_addresses.empty())
+        throw std::invalid_argument("HTTP server needs a listen address");
+      for (const std::string& address : options_.listen_addresses) {
+        auto listener = std::make_unique<Listener>(io);
+        bind_listener(listener->acceptor, io, address);
+        listener->endpoint = listener->acceptor.local_endpoint();
+        listeners_.push_back(std::move(listener));
+      }
+    }
   }
 
   void start() {
     if (started_ || stopping_) return;
     started_ = true;
-    spdlog::debug("HTTP server accepting on {}", format_endpoint(bound_endpoint_));
-    accept_next();
+    for (const auto& listener : listeners_) {
+      spdlog::debug("HTTP server accepting on {}{}", format_endpoint(listener->endpoint),
+                    tls_ ? " (TLS)" : "");
+      accept_next(*listener);
+    }
   }
+
+  void set_tls_context(std::shared_ptr<asio::ssl::context> tls) {
+    if (tls_ == nullptr || tls == nullptr) {
+      throw std::invalid_argument("HTTP and HTTPS cannot be switched while the server runs");
+    }
+    tls_ = std::move(tls);
+  }
+  bool serves_tls() const { return tls_ != nullptr; }
 
   void stop();
   // Server destroyed: close everything and never call the handler again.
@@ -325,15 +394,20 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   const Handler& handler() const { return handler_; }
   bool stopping() const { return stopping_; }
   bool torn_down() const { return torn_down_; }
-  const tcp::endpoint& bound_endpoint() const { return bound_endpoint_; }
+  const tcp::endpoint& bound_endpoint() const { return listeners_.front()->endpoint; }
+  std::vector<std::string> bound_addresses() const {
+    std::vector<std::string> addresses;
+    for (const auto& listener : listeners_) addresses.push_back(format_endpoint(listener->endpoint));
+    return addresses;
+  }
 
-  void add_session(Session* session, const asio::ip::address& peer) {
+  void add_session(SessionBase* session, const asio::ip::address& peer) {
     sessions_.insert(session);
     ++connections_per_peer_[peer];
     active_connections_.store(sessions_.size(), std::memory_order_relaxed);
   }
   // Idempotent: an evicted session leaves at eviction and again (a no-op) when it is destroyed.
-  void remove_session(Session* session, const asio::ip::address& peer) {
+  void remove_session(SessionBase* session, const asio::ip::address& peer) {
     if (sessions_.erase(session) == 0) return;
     const auto count = connections_per_peer_.find(peer);
     if (count != connections_per_peer_.end() && --count->second == 0) connections_per_peer_.erase(count);
@@ -343,6 +417,9 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   void count_request() { requests_total_.fetch_add(1, std::memory_order_relaxed); }
   void count_bad_request() { bad_requests_total_.fetch_add(1, std::memory_order_relaxed); }
   void count_header_timeout() { header_timeouts_total_.fetch_add(1, std::memory_order_relaxed); }
+  void count_tls_handshake_failure() {
+    tls_handshake_failures_total_.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // Relaxed: the counters are independent monotonic statistics, not synchronisation.
   std::atomic<std::uint64_t> requests_total_{0};
@@ -354,10 +431,11 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   std::atomic<std::uint64_t> header_timeouts_total_{0};
   std::atomic<std::uint64_t> active_connections_{0};
   std::atomic<std::uint64_t> bad_requests_total_{0};
+  std::atomic<std::uint64_t> tls_handshake_failures_total_{0};
 
  private:
-  void accept_next();
-  void on_accept(const error_code& ec, tcp::socket socket);
+  void accept_next(Listener& listener);
+  void on_accept(Listener& listener, const error_code& ec, tcp::socket socket);
   void refuse(tcp::socket& socket, const std::string& response);
   bool peer_at_limit(const asio::ip::address& peer) const {
     if (options_.max_connections_per_peer == 0) return false;
@@ -367,18 +445,18 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
   // Closes the connection least worth keeping to make room for a newcomer; false if every connection
   // is handling or writing a response.
   bool evict_one();
-  std::vector<Session*> session_snapshot() const { return {sessions_.begin(), sessions_.end()}; }
+  std::vector<SessionBase*> session_snapshot() const { return {sessions_.begin(), sessions_.end()}; }
 
   ServerOptions options_;
   Handler handler_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer accept_retry_timer_;
-  tcp::endpoint bound_endpoint_;
+  // The context new connections get; replaced on reload, while open connections keep theirs.
+  std::shared_ptr<asio::ssl::context> tls_;
+  std::vector<std::unique_ptr<Listener>> listeners_;  // never empty after construction
   bool started_ = false;
   bool stopping_ = false;
   bool torn_down_ = false;
   // Non-owning: each session registers itself for its lifetime so that stop() can reach it.
-  std::unordered_set<Session*> sessions_;
+  std::unordered_set<SessionBase*> sessions_;
   std::map<asio::ip::address, std::size_t> connections_per_peer_;  // peer_of() -> open sessions
 };
 
@@ -390,32 +468,45 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// Stream is beast::tcp_stream (plain HTTP) or TlsStream; a TLS session handshakes first, under the header
+// deadline, so that a client that never finishes its handshake holds its slot no longer than a silent one.
+template <typename Stream>
+class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+
  public:
-  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket, asio::ip::address peer)
+  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket, asio::ip::address peer,
+          std::shared_ptr<asio::ssl::context> tls)
       : server_(std::move(server)),
-        stream_(std::move(socket)),
+        tls_(std::move(tls)),
+        stream_(make_stream(std::move(socket), tls_.get())),
         buffer_(read_buffer_limit(server_->options())),
         read_chunk_bytes_(std::min(kMaxReadChunkBytes, buffer_.max_size())),
         peer_(std::move(peer)) {
     server_->add_session(this, peer_);
   }
-  ~Session() { server_->remove_session(this, peer_); }
+  ~Session() override { server_->remove_session(this, peer_); }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   void start() {
     // The first request's deadlines run from accept, so a silent connection is cut off too.
     phase_since_ = std::chrono::steady_clock::now();
-    stream_.expires_at(header_deadline(phase_since_));
-    await_request();
+    lowest().expires_at(header_deadline(phase_since_));
+    if constexpr (kTls) {
+      stream_.async_handshake(
+          asio::ssl::stream_base::server,
+          [self = this->shared_from_this()](const error_code& ec) { self->on_handshake(ec); });
+    } else {
+      await_request();
+    }
   }
 
   // What evicting this connection would cost, lower first: 0 finished (lingering after its last
   // response), 1 idle between requests, 2 still reading request headers (or not yet sent its first
   // request), 3 reading a request body;
   // nullopt while handling or writing a response, which is never interrupted.
-  std::optional<int> eviction_rank() const {
+  std::optional<int> eviction_rank() const override {
     switch (phase_) {
       case Phase::lingering:
         return 0;
@@ -436,24 +527,47 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   // When the current phase began: among equally ranked connections, the one idle longest or reading
   // its request longest (the slowest) goes first.
-  std::chrono::steady_clock::time_point phase_since() const { return phase_since_; }
+  std::chrono::steady_clock::time_point phase_since() const override { return phase_since_; }
 
   // Closes at once and leaves the server's accounting now, so that the slot is free for the newcomer
   // before the aborted operations complete.
-  void evict() {
-    stream_.close();
+  void evict() override {
+    lowest().close();
     server_->remove_session(this, peer_);
   }
 
-  void on_server_stop() {
+  void on_server_stop() override {
     // Only connections waiting for a new request are closed; the others finish their exchange and
     // then close because the response carries "Connection: close".
-    if (phase_ == Phase::awaiting_request) stream_.close();
+    if (phase_ == Phase::awaiting_request) lowest().close();
   }
 
-  void force_close() { stream_.close(); }
+  void force_close() override { lowest().close(); }
 
  private:
+  static Stream make_stream(tcp::socket socket, asio::ssl::context* tls) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *tls);
+    } else {
+      (void)tls;
+      return Stream(std::move(socket));
+    }
+  }
+
+  // The TCP layer: deadlines, close and shutdown always act on it.
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  void on_handshake(const error_code& ec) {
+    if (ec) {
+      server_->count_tls_handshake_failure();
+      if (ec == beast::error::timeout) server_->count_header_timeout();
+      spdlog::debug("TLS handshake failed: {}", ec.message());
+      lowest().close();
+      return;
+    }
+    await_request();
+  }
+
   enum class Phase { awaiting_request, reading_header, reading_body, handling, writing, lingering };
 
   std::chrono::steady_clock::time_point header_deadline(std::chrono::steady_clock::time_point started) const {
@@ -478,10 +592,10 @@ class Session : public std::enable_shared_from_this<Session> {
     phase_ = Phase::awaiting_request;
     if (!first_request_) {
       phase_since_ = std::chrono::steady_clock::now();
-      stream_.expires_after(server_->options().idle_keepalive_timeout);
+      lowest().expires_after(server_->options().idle_keepalive_timeout);
     }
     stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
-                            [self = shared_from_this()](const error_code& ec, std::size_t bytes_read) {
+                            [self = this->shared_from_this()](const error_code& ec, std::size_t bytes_read) {
                               self->on_request_started(ec, bytes_read);
                             });
   }
@@ -490,7 +604,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // A connection's first request runs under the header deadline from accept: a silent client counts.
     if (ec == beast::error::timeout && first_request_) server_->count_header_timeout();
     if (ec || server_->stopping()) {  // peer closed, idle timeout, or server stopping
-      stream_.close();
+      lowest().close();
       return;
     }
     buffer_.commit(bytes_read);
@@ -503,16 +617,15 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto started = first_request_ ? phase_since_ : std::chrono::steady_clock::now();
     first_request_ = false;
     request_deadline_ = started + server_->options().read_timeout;
-    stream_.expires_at(header_deadline(started));
+    lowest().expires_at(header_deadline(started));
     phase_ = Phase::reading_header;
     phase_since_ = started;
     parser_.emplace();
     parser_->header_limit(server_->options().max_header_bytes);
     parser_->body_limit(server_->options().max_body_bytes);
     bhttp::async_read_header(stream_, buffer_, *parser_,
-                             [self = shared_from_this()](const error_code& ec, std::size_t /*bytes_read*/) {
-                               self->on_header(ec);
-                             });
+                             [self = this->shared_from_this()](
+                                 const error_code& ec, std::size_t /*bytes_read*/) { self->on_header(ec); });
   }
 
   void on_header(const error_code& ec) {
@@ -530,11 +643,12 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     phase_ = Phase::reading_body;
     phase_since_ = std::chrono::steady_clock::now();
-    stream_.expires_at(request_deadline_);
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](const error_code& read_error, std::size_t /*bytes_read*/) {
-                        self->on_request(read_error);
-                      });
+    lowest().expires_at(request_deadline_);
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](const error_code& read_error, std::size_t /*bytes_read*/) {
+          self->on_request(read_error);
+        });
   }
 
   void on_request(const error_code& ec) {
@@ -543,7 +657,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (server_->torn_down()) {
-      stream_.close();
+      lowest().close();
       return;
     }
     server_->count_request();
@@ -564,6 +678,10 @@ class Session : public std::enable_shared_from_this<Session> {
     request.target = std::string(message.target());
     request.accept = joined_values(message, bhttp::field::accept);
     request.accept_encoding = joined_values(message, bhttp::field::accept_encoding);
+    if (const auto authorization = message.find(bhttp::field::authorization);
+        authorization != message.end()) {
+      request.authorization = std::string(authorization->value());
+    }
     parser_.reset();  // the request is copied out; free its memory before the handler runs
 
     phase_ = Phase::handling;
@@ -590,7 +708,7 @@ class Session : public std::enable_shared_from_this<Session> {
                ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
       // Peer went away, read deadline passed (beast::error::timeout) or the server is shutting down.
       spdlog::debug("HTTP connection closed while reading a request: {}", ec.message());
-      stream_.close();
+      lowest().close();
     } else {
       reject_request(bhttp::status::bad_request, "bad request\n");
     }
@@ -683,11 +801,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void send() {
     phase_ = Phase::writing;
-    stream_.expires_after(server_->options().write_timeout);
+    lowest().expires_after(server_->options().write_timeout);
     bhttp::async_write(stream_, response_,
-                       [self = shared_from_this()](const error_code& ec, std::size_t /*bytes_written*/) {
-                         self->on_written(ec);
-                       });
+                       [self = this->shared_from_this()](
+                           const error_code& ec, std::size_t /*bytes_written*/) { self->on_written(ec); });
   }
 
   void on_written(const error_code& ec) {
@@ -698,7 +815,7 @@ class Session : public std::enable_shared_from_this<Session> {
     owned_body_ = std::string();
     if (ec && ec != bhttp::error::end_of_stream) {
       spdlog::debug("HTTP response write failed: {}", ec.message());
-      stream_.close();
+      lowest().close();
       return;
     }
     if (must_close || server_->stopping()) {
@@ -712,8 +829,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void linger_then_close() {
     phase_ = Phase::lingering;
     error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    lowest().expires_after(
         std::min<std::chrono::milliseconds>(kMaxLingerTime, server_->options().read_timeout));
     buffer_.clear();
     lingered_bytes_ = 0;
@@ -722,10 +839,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void discard_input() {
     stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
-                            [self = shared_from_this()](const error_code& ec, std::size_t bytes_read) {
+                            [self = this->shared_from_this()](const error_code& ec, std::size_t bytes_read) {
                               self->lingered_bytes_ += bytes_read;
                               if (ec || self->lingered_bytes_ > kMaxLingerBytes) {
-                                self->stream_.close();
+                                self->lowest().close();
                                 return;
                               }
                               self->discard_input();
@@ -733,7 +850,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   std::shared_ptr<detail::ServerCore> server_;
-  beast::tcp_stream stream_;
+  std::shared_ptr<asio::ssl::context> tls_;  // null for plain HTTP; outlives stream_, which refers to it
+  Stream stream_;
   beast::flat_buffer buffer_;  // bounded: a client can never make us buffer more than the limits
   std::size_t read_chunk_bytes_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;  // a parser serves one request
@@ -754,20 +872,22 @@ class Session : public std::enable_shared_from_this<Session> {
 // ---------------------------------------------------------------------------------------------
 // detail::ServerCore members that need Session
 
-void detail::ServerCore::accept_next() {
-  acceptor_.async_accept([self = shared_from_this()](const error_code& ec, tcp::socket socket) {
-    self->on_accept(ec, std::move(socket));
-  });
+// Listener references stay valid: listeners_ is filled in the constructor and never changes after.
+void detail::ServerCore::accept_next(Listener& listener) {
+  listener.acceptor.async_accept(
+      [self = shared_from_this(), &listener](const error_code& ec, tcp::socket socket) {
+        self->on_accept(listener, ec, std::move(socket));
+      });
 }
 
-void detail::ServerCore::on_accept(const error_code& ec, tcp::socket socket) {
+void detail::ServerCore::on_accept(Listener& listener, const error_code& ec, tcp::socket socket) {
   if (ec == asio::error::operation_aborted || stopping_) return;
   if (ec) {
     // Typically EMFILE/ENFILE: back off instead of spinning on a listener that stays readable.
-    spdlog::warn("HTTP accept failed on {}: {}; retrying", format_endpoint(bound_endpoint_), ec.message());
-    accept_retry_timer_.expires_after(kAcceptRetryDelay);
-    accept_retry_timer_.async_wait([self = shared_from_this()](const error_code& wait_error) {
-      if (!wait_error && !self->stopping_) self->accept_next();
+    spdlog::warn("HTTP accept failed on {}: {}; retrying", format_endpoint(listener.endpoint), ec.message());
+    listener.retry_timer.expires_after(kAcceptRetryDelay);
+    listener.retry_timer.async_wait([self = shared_from_this(), &listener](const error_code& wait_error) {
+      if (!wait_error && !self->stopping_) self->accept_next(listener);
     });
     return;
   }
@@ -788,16 +908,21 @@ void detail::ServerCore::on_accept(const error_code& ec, tcp::socket socket) {
   } else {
     error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);  // responses go out in one write; no need to batch
-    std::make_shared<Session>(shared_from_this(), std::move(socket), peer)->start();
+    if (tls_ != nullptr) {
+      std::make_shared<Session<TlsStream>>(shared_from_this(), std::move(socket), peer, tls_)->start();
+    } else {
+      std::make_shared<Session<beast::tcp_stream>>(shared_from_this(), std::move(socket), peer, nullptr)
+          ->start();
+    }
   }
-  accept_next();
+  accept_next(listener);
 }
 
 bool detail::ServerCore::evict_one() {
   // A linear scan: it runs only at the limit, and max_connections is small (64 by default).
-  Session* victim = nullptr;
+  SessionBase* victim = nullptr;
   int victim_rank = 0;
-  for (Session* session : sessions_) {
+  for (SessionBase* session : sessions_) {
     const std::optional<int> rank = session->eviction_rank();
     if (!rank) continue;
     if (victim == nullptr || *rank < victim_rank ||
@@ -826,15 +951,17 @@ void detail::ServerCore::stop() {
   if (stopping_) return;
   stopping_ = true;
   error_code ignored;
-  acceptor_.close(ignored);
-  accept_retry_timer_.cancel();
-  for (Session* session : session_snapshot()) session->on_server_stop();
+  for (const auto& listener : listeners_) {
+    listener->acceptor.close(ignored);
+    listener->retry_timer.cancel();
+  }
+  for (SessionBase* session : session_snapshot()) session->on_server_stop();
 }
 
 void detail::ServerCore::tear_down() {
   torn_down_ = true;  // first, so that no request is handed over even if what follows throws
   stop();
-  for (Session* session : session_snapshot()) session->force_close();
+  for (SessionBase* session : session_snapshot()) session->force_close();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -865,6 +992,15 @@ std::uint16_t Server::port() const {
 std::string Server::bound_address() const {
   return format_endpoint(core_->bound_endpoint());
 }
+std::vector<std::string> Server::bound_addresses() const {
+  return core_->bound_addresses();
+}
+void Server::set_tls_context(std::shared_ptr<boost::asio::ssl::context> tls) {
+  core_->set_tls_context(std::move(tls));
+}
+bool Server::serves_tls() const {
+  return core_->serves_tls();
+}
 
 std::uint64_t Server::requests_total() const {
   return core_->requests_total_.load(std::memory_order_relaxed);
@@ -892,6 +1028,9 @@ std::uint64_t Server::active_connections() const {
 }
 std::uint64_t Server::bad_requests_total() const {
   return core_->bad_requests_total_.load(std::memory_order_relaxed);
+}
+std::uint64_t Server::tls_handshake_failures_total() const {
+  return core_->tls_handshake_failures_total_.load(std::memory_order_relaxed);
 }
 
 }  // namespace rankstat::http

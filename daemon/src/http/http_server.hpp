@@ -20,6 +20,10 @@
 #include <utility>
 #include <vector>
 
+namespace boost::asio::ssl {
+class context;
+}  // namespace boost::asio::ssl
+
 namespace rankstat::http {
 
 namespace detail {
@@ -31,6 +35,7 @@ struct Request {
   std::string target;  // path and query exactly as sent, e.g. "/metrics?x=1"
   std::string accept;
   std::string accept_encoding;
+  std::string authorization;  // the Authorization header ("" when absent); a secret, never log it
 };
 
 struct Response {
@@ -58,9 +63,15 @@ using Handler = std::function<Response(const Request&)>;
 inline constexpr std::size_t kMinCompressibleBodyBytes = 1024;
 
 struct ServerOptions {
-  // "host:port", ":port" (all interfaces, dual-stack when IPv6 is available), "[::1]:port";
-  // port 0 = ephemeral.
-  std::string listen_address = ":9473";
+  // Each "host:port", ":port" (all interfaces, dual-stack when IPv6 is available), "[::1]:port";
+  // port 0 = ephemeral. One listener per entry (e.g. "0.0.0.0:9473" and "[::]:9473").
+  std::vector<std::string> listen_addresses{":9473"};
+  // Listening sockets handed over by the caller (systemd socket activation); when not empty they are
+  // served instead of listen_addresses, and the server owns (closes) them.
+  std::vector<int> listener_fds;
+  // Serve HTTPS with this context (certificates, versions, client verification); null: plain HTTP.
+  // The TLS handshake runs under header_timeout, like a request's headers.
+  std::shared_ptr<boost::asio::ssl::context> tls;
   // At this many open connections a newcomer evicts one that is not serving anybody: first a finished
   // or idle one (oldest idle first), then one still reading its request (longest reading first). Only
   // when every connection is handling or writing a response does the newcomer get a 503.
@@ -89,8 +100,8 @@ bool accepts_gzip(std::string_view accept_encoding);
 
 class Server {
  public:
-  // Binds and listens at once so that configuration errors surface at startup; throws
-  // std::runtime_error naming the address and the OS error (e.g. address in use, bad address).
+  // Binds and listens at once (or adopts listener_fds) so that configuration errors surface at startup;
+  // throws std::runtime_error naming the address and the OS error (e.g. address in use, bad address).
   // Host names are resolved here, synchronously. `io` must outlive the Server; `handler` must not
   // be empty (std::invalid_argument).
   Server(boost::asio::io_context& io, ServerOptions options, Handler handler);
@@ -109,8 +120,16 @@ class Server {
   // the handler.
   void stop();
 
-  [[nodiscard]] std::uint16_t port() const;         // the bound port, useful with port 0
-  [[nodiscard]] std::string bound_address() const;  // e.g. "127.0.0.1:41234" or "[::1]:41234"
+  // Connections accepted from now on use `tls` (certificates reloaded on SIGHUP); connections already
+  // open keep the context they started with. The server must have been built with a TLS context and
+  // `tls` must not be null (std::invalid_argument): switching between HTTP and HTTPS needs a restart.
+  void set_tls_context(std::shared_ptr<boost::asio::ssl::context> tls);
+  [[nodiscard]] bool serves_tls() const;
+
+  [[nodiscard]] std::uint16_t port() const;  // the first listener's bound port, useful with port 0
+  [[nodiscard]] std::string bound_address()
+      const;  // the first listener, e.g. "127.0.0.1:41234" or "[::1]:41234"
+  [[nodiscard]] std::vector<std::string> bound_addresses() const;  // every listener, in the order given
 
   // Self-metrics; any thread may read them.
   [[nodiscard]] std::uint64_t requests_total() const;  // requests answered, including 405 and 500
@@ -126,6 +145,9 @@ class Server {
   [[nodiscard]] std::uint64_t header_timeouts_total() const;
   [[nodiscard]] std::uint64_t active_connections() const;
   [[nodiscard]] std::uint64_t bad_requests_total() const;  // malformed (400) or oversized (413, 431) requests
+  // TLS handshakes that failed (no or unacceptable client certificate, protocol mismatch, plain HTTP
+  // sent to the TLS port) or did not finish within header_timeout.
+  [[nodiscard]] std::uint64_t tls_handshake_failures_total() const;
 
  private:
   // Shared with every connection so that completions arriving after ~Server() never dangle.

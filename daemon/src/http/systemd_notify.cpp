@@ -4,8 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <ctime>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
@@ -68,6 +71,27 @@ std::optional<std::chrono::microseconds> watchdog_interval() {
   }
   if (rc == 0 || watchdog_usec == 0) return std::nullopt;
   return std::chrono::microseconds(static_cast<std::chrono::microseconds::rep>(watchdog_usec / 2));
+}
+
+std::vector<int> systemd_listen_fds() {
+  const int count = sd_listen_fds(1);
+  if (count < 0) {
+    throw std::runtime_error("--web.systemd-socket: cannot read the sockets systemd passed: " +
+                             std::generic_category().message(-count));
+  }
+  if (count == 0) {
+    throw std::runtime_error(
+        "--web.systemd-socket: systemd passed no socket (start rankstatd through rankstatd.socket)");
+  }
+  std::vector<int> fds;
+  for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + count; ++fd) {
+    if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) <= 0) {
+      throw std::runtime_error("--web.systemd-socket: passed descriptor " + std::to_string(fd) +
+                               " is not a listening stream socket");
+    }
+    fds.push_back(fd);
+  }
+  return fds;
 }
 
 }  // namespace rankstat::http

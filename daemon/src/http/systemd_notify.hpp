@@ -10,6 +10,7 @@
 #include <chrono>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace rankstat::http {
 
@@ -26,5 +27,10 @@ void notify_watchdog();
 // The period at which to call notify_watchdog(): half of WatchdogSec= so that one late kick does
 // not trip the watchdog. nullopt when the watchdog is disabled or not meant for this process.
 std::optional<std::chrono::microseconds> watchdog_interval();
+
+// The listening TCP sockets systemd passed to this process (socket activation, sd_listen_fds(3)); the
+// LISTEN_* variables are removed so that children do not inherit them. Throws std::runtime_error when
+// there are none or one is not a listening TCP socket. Call once, at startup, before threads start.
+std::vector<int> systemd_listen_fds();
 
 }  // namespace rankstat::http

@@ -136,19 +136,6 @@ std::string text(const boost::json::value& v) {
   return v.is_string() ? std::string(v.as_string()) : std::string();
 }
 
-int unused_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t length = sizeof addr;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 namespace {
 std::string quote(const std::string& text) {
   std::string out = "'";

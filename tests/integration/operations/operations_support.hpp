@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "prometheus_under_test.hpp"
 #include "testkit.hpp"
 
 namespace rankstat::ops_test {
@@ -45,9 +46,6 @@ const boost::json::object& rank_by_id(const boost::json::object& doc, const std:
 double number(const boost::json::value& v);
 // A JSON string's text ("" for anything else), for comparing with std::string.
 std::string text(const boost::json::value& v);
-
-// A loopback TCP port with nothing listening on it (bound, then released).
-int unused_port();
 
 // A tmux server on a private socket, killed on destruction.
 class Tmux {

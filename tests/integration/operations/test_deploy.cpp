@@ -18,22 +18,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string url_encode(const std::string& text) {
-  std::string out;
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
-
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
     text.replace(at, from.size(), to);
@@ -155,7 +139,7 @@ TEST_CASE(
                            "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
                           {}, prom.path() + "/prometheus.log");
   auto query = [&](const std::string& expr) {
-    auto r = http_get("127.0.0.1", port, "/api/v1/query?query=" + url_encode(expr));
+    auto r = http_get("127.0.0.1", port, "/api/v1/query?query=" + query_encode(expr));
     return r ? r->body : std::string();
   };
   INFO("prometheus log:\n" << read_file(prom.path() + "/prometheus.log"));

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "operations_support.hpp"
+#include "prometheus_under_test.hpp"
 
 using namespace rankstat::testkit;
 using namespace rankstat::ops_test;
@@ -161,70 +162,6 @@ TEST_CASE("the daemon serves the process_* families every exporter has, from /pr
 }
 
 namespace {
-
-std::string query_encode(const std::string& text) {
-  std::string out;
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    }
-  }
-  return out;
-}
-
-// A Prometheus server (Debian's /usr/bin/prometheus) on a loopback ephemeral port, in a private directory.
-class PrometheusUnderTest {
- public:
-  // `config` is the prometheus.yml text; `extra` are more flags (agent mode, remote-write receiver).
-  PrometheusUnderTest(const std::string& config, const std::vector<std::string>& extra)
-      : port_(unused_port()) {
-    { std::ofstream(dir_.path() + "/prometheus.yml") << config; }
-    REQUIRE(run_command("cp " + source_path("deploy/prometheus/rankstat.fleet.rules.yml") + " " +
-                        dir_.path() + "/") == 0);
-    std::vector<std::string> argv = {
-        "/usr/bin/prometheus", "--config.file=" + dir_.path() + "/prometheus.yml",
-        "--web.listen-address=127.0.0.1:" + std::to_string(port_), "--log.level=warn"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    process_ =
-        std::make_unique<ChildProcess>(argv, std::map<std::string, std::string>{}, dir_.path() + "/log");
-    const bool ready = wait_until(
-        [&] {
-          const auto r = http_get("127.0.0.1", port_, "/-/ready");
-          return r && r->status == 200;
-        },
-        30s);
-    INFO(log());
-    REQUIRE(ready);
-  }
-  ~PrometheusUnderTest() {
-    process_->signal(SIGTERM);
-    process_->wait_for(20s);
-  }
-  PrometheusUnderTest(const PrometheusUnderTest&) = delete;
-  PrometheusUnderTest& operator=(const PrometheusUnderTest&) = delete;
-  int port() const { return port_; }
-  const std::string& dir() const { return dir_.path(); }
-  std::string log() const { return read_file(dir_.path() + "/log"); }
-  // The single value of an instant query, nullopt if it has not exactly one.
-  std::optional<double> scalar(const std::string& expr) {
-    const auto r = http_get("127.0.0.1", port_, "/api/v1/query?query=" + query_encode(expr));
-    if (!r || r->status != 200) return std::nullopt;
-    const auto doc = boost::json::parse(r->body).as_object();
-    const auto& result = doc.at("data").at("result").as_array();
-    if (result.size() != 1) return std::nullopt;
-    return std::stod(std::string(result[0].at("value").as_array()[1].as_string()));
-  }
-
- private:
-  TempDir dir_{"rankstat-prometheus"};
-  int port_;
-  std::unique_ptr<ChildProcess> process_;
-};
 
 // One scheduler rank of the simulated fleet: which node and daemon it runs under and what it reports.
 struct FleetRank {
@@ -378,6 +315,7 @@ TEST_CASE(
   auto target = [](const DaemonUnderTest& daemon) {
     return "'127.0.0.1:" + std::to_string(daemon.port()) + "'";
   };
+  const std::string fleet_rules = source_path("deploy/prometheus/rankstat.fleet.rules.yml");
   const std::string targets_a = target(daemon_a_decode) + ", " + target(daemon_a_prefill);
   const std::string targets_b = target(daemon_b_decode);
   SECTION("one Prometheus scrapes both nodes") {
@@ -388,7 +326,7 @@ TEST_CASE(
         "      - targets: [" +
         targets_a + ", " + targets_b + "]\n";
     TempDir data("rankstat-prometheus-data");
-    PrometheusUnderTest prometheus(config, {"--storage.tsdb.path=" + data.path()});
+    PrometheusUnderTest prometheus(config, {"--storage.tsdb.path=" + data.path()}, {fleet_rules});
     check_rollups(prometheus);
   }
   SECTION("a Prometheus agent per node remote-writes to a central Prometheus that holds the rules") {
@@ -397,7 +335,8 @@ TEST_CASE(
         "rule_files:\n  - rankstat.fleet.rules.yml\n";
     TempDir data("rankstat-prometheus-data");
     PrometheusUnderTest central(central_config,
-                                {"--storage.tsdb.path=" + data.path(), "--web.enable-remote-write-receiver"});
+                                {"--storage.tsdb.path=" + data.path(), "--web.enable-remote-write-receiver"},
+                                {fleet_rules});
     auto agent_config = [&](const std::string& targets) {
       return "global:\n  scrape_interval: 1s\n"
              "scrape_configs:\n  - job_name: rankstat\n    static_configs:\n"

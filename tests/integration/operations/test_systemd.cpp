@@ -95,7 +95,32 @@ int count_containing(const std::vector<std::string>& messages, const std::string
   return n;
 }
 
+// Runs `systemd-analyze verify` on `unit` in `dir` and checks that it says nothing on stderr:
+// systemd-analyze exits 0 even on unknown keys and bad values, so stderr is what counts.
+void check_verify_is_silent(const std::string& dir, const std::string& unit) {
+  const std::string err_path = dir + "/stderr";
+  std::string out;
+  const int rc = run_command(
+      "(cd " + dir + " && systemd-analyze verify --man=no ./" + unit + " 2> " + err_path + ")", &out);
+  INFO("stdout: " << out);
+  INFO("stderr: " << read_file(err_path));
+  CHECK(rc == 0);
+  CHECK(read_file(err_path).empty());
+}
+
 }  // namespace
+
+TEST_CASE("systemd-analyze verify accepts rankstatd.socket with the service it activates") {
+  TempDir dir("rankstat-unit");
+  REQUIRE(run_command("sed 's|^ExecStart=/usr/bin/rankstatd |ExecStart=" + binary_path("daemon/rankstatd") +
+                      " --web.systemd-socket |' " + source_path("systemd/rankstatd.service") + " > " +
+                      dir.path() + "/rankstatd.service && cp " + source_path("systemd/rankstatd.socket") +
+                      " " + dir.path()) == 0);
+  check_verify_is_silent(dir.path(), "rankstatd.socket");
+  const auto socket = assignments(source_path("systemd/rankstatd.socket"));
+  CHECK(single(socket, "ListenStream") == "9473");  // the daemon's default port
+  CHECK(read_file(source_path("systemd/rankstatd.socket")).find("--web.systemd-socket") != std::string::npos);
+}
 
 TEST_CASE("systemd-analyze verify accepts rankstatd.service without a word on stderr") {
   TempDir dir("rankstat-unit");
@@ -104,16 +129,7 @@ TEST_CASE("systemd-analyze verify accepts rankstatd.service without a word on st
   REQUIRE(run_command("sed 's|^ExecStart=/usr/bin/rankstatd |ExecStart=" + binary_path("daemon/rankstatd") +
                       " |' " + source_path("systemd/rankstatd.service") + " > " + unit) == 0);
   REQUIRE(read_file(unit).find("ExecStart=" + binary_path("daemon/rankstatd")) != std::string::npos);
-  const std::string err_path = dir.path() + "/stderr";
-  std::string out;
-  // systemd-analyze exits 0 even on unknown keys and bad values, so stderr is what counts.
-  const int rc = run_command(
-      "(cd " + dir.path() + " && systemd-analyze verify --man=no ./rankstatd.service 2> " + err_path + ")",
-      &out);
-  INFO("stdout: " << out);
-  INFO("stderr: " << read_file(err_path));
-  CHECK(rc == 0);
-  CHECK(read_file(err_path).empty());
+  check_verify_is_silent(dir.path(), "rankstatd.service");
 
   // The hardening keeps the exposure score low (systemd's own scale: below 2 is "OK").
   std::string security;
@@ -199,7 +215,8 @@ TEST_CASE(
   const std::string root = stage.path();
   for (const char* file :
        {"/usr/bin/rankstatd", "/usr/bin/rankstat", "/usr/lib/systemd/system/rankstatd.service",
-        "/etc/default/rankstatd", "/usr/lib/sysusers.d/rankstatd.conf", "/usr/lib/tmpfiles.d/rankstatd.conf",
+        "/usr/lib/systemd/system/rankstatd.socket", "/etc/default/rankstatd",
+        "/usr/lib/sysusers.d/rankstatd.conf", "/usr/lib/tmpfiles.d/rankstatd.conf",
         "/usr/share/doc/rankstat/operations.md", "/usr/share/doc/rankstat/api.md",
         "/usr/share/doc/rankstat/README.md", "/usr/share/doc/rankstat/examples/prometheus/rankstat.rules.yml",
         "/usr/share/doc/rankstat/examples/grafana/rankstat-overview.json"}) {

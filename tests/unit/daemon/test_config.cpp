@@ -27,7 +27,7 @@ TEST_CASE("flags follow the exporter conventions and keep their defaults") {
                         "--log.level=debug", "--shm.poll-interval=5ms"};
   auto parsed = rankstat::parse_config(5, argv);
   REQUIRE(parsed.config);
-  CHECK(parsed.config->listen_address == "127.0.0.1:0");
+  CHECK(parsed.config->listen_addresses == std::vector<std::string>{"127.0.0.1:0"});
   CHECK(parsed.config->telemetry_path == "/metrics");
   CHECK(parsed.config->shm_dir == "/tmp/x");
   CHECK(parsed.config->log_level == "debug");
