@@ -108,22 +108,20 @@ AuthOutcome BasicAuth::check(std::string_view authorization) {
   const std::string_view user = std::string_view(credentials).substr(0, colon);
   const std::string_view password = std::string_view(credentials).substr(colon + 1);
   const auto known = users_.find(std::string(user));
+  const std::string& hash = known != users_.end() ? known->second : kUnknownUserHash;
+  const Digest key = cache_key(user, hash, password);
   bool accepted = false;
-  if (known != users_.end()) {
-    const Digest key = cache_key(user, known->second, password);
-    if (verified_.contains(key)) {
-      accepted = true;
-    } else {
-      ++bcrypt_runs_;
-      accepted = bcrypt_matches(password, known->second);
-      if (accepted) {
-        if (verified_.size() >= kMaxCachedCredentials) verified_.clear();
-        verified_.insert(key);
-      }
-    }
-  } else {
+  if (verified_.contains(key)) {
+    accepted = true;
+  } else if (!refused_.contains(key)) {
+    // The same (user, hash, password) always gives the same answer, so both answers are remembered: a
+    // scraper configured with a wrong password, retrying every few seconds, then stalls the io thread
+    // for one bcrypt, not one per scrape. Varied passwords still cost one each (`rate_limit` bounds that).
     ++bcrypt_runs_;
-    (void)bcrypt_matches(password, kUnknownUserHash);  // same cost as a known user's miss
+    accepted = bcrypt_matches(password, hash) && known != users_.end();  // unknown users: same cost, never in
+    std::set<Digest>& remembered = accepted ? verified_ : refused_;
+    if (remembered.size() >= kMaxCachedCredentials) remembered.clear();
+    remembered.insert(key);
   }
   OPENSSL_cleanse(credentials.data(), credentials.size());
   return accepted ? AuthOutcome::kAccepted : AuthOutcome::kRejected;

@@ -2,9 +2,10 @@
 
 // HTTP basic authentication against bcrypt hashes (exporter-toolkit's basic_auth_users).
 //
-// bcrypt is slow on purpose (tens of milliseconds at cost 10), so a verified (user, hash, password)
-// triple is remembered as a keyed digest: a scraper sending the same credentials every second pays the
-// bcrypt cost once. The cache holds no password, only HMAC-SHA-256 digests under a key drawn at start.
+// bcrypt is slow on purpose (tens of milliseconds at cost 10, on the daemon's io thread), so the answer
+// for a (user, hash, password) triple is remembered as a keyed digest, accepted or refused: a scraper
+// sending the same credentials every second, right or wrong, pays the bcrypt cost once. The caches hold no
+// password, only HMAC-SHA-256 digests under a key drawn at start; a reloaded config starts new ones.
 //
 // Threading contract: not thread-safe. One BasicAuth belongs to one thread (rankstatd's io thread).
 
@@ -46,7 +47,8 @@ class BasicAuth {
 
   std::map<std::string, std::string> users_;
   std::array<unsigned char, 32> cache_secret_{};
-  std::set<Digest> verified_;  // bounded: cleared when it reaches kMaxCachedCredentials
+  std::set<Digest> verified_;  // bounded: each cleared when it reaches kMaxCachedCredentials
+  std::set<Digest> refused_;
   std::uint64_t bcrypt_runs_ = 0;
   static constexpr std::size_t kMaxCachedCredentials = 256;
 };

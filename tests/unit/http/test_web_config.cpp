@@ -147,8 +147,13 @@ TEST_CASE("basic auth accepts the right user and password, caches the verificati
   CHECK(auth.bcrypt_runs() == 1);  // cached
   CHECK(auth.check("Basic cHJvbWV0aGV1czp3cm9uZw==") == AuthOutcome::kRejected);
   CHECK(auth.check("Basic cHJvbWV0aGV1czp3cm9uZw==") == AuthOutcome::kRejected);
-  CHECK(auth.bcrypt_runs() == 3);                                             // failures are never cached
+  CHECK(auth.bcrypt_runs() == 2);  // a repeated wrong password costs one bcrypt, not one per request
+  CHECK(auth.check("Basic cHJvbWV0aGV1czpodW50ZXIz") == AuthOutcome::kRejected);  // prometheus:hunter3
+  CHECK(auth.bcrypt_runs() == 3);
   CHECK(auth.check("Basic bm9ib2R5Omh1bnRlcjI=") == AuthOutcome::kRejected);  // nobody:hunter2
+  CHECK(auth.check("Basic bm9ib2R5Omh1bnRlcjI=") == AuthOutcome::kRejected);
+  CHECK(auth.bcrypt_runs() == 4);
+  CHECK(auth.check("Basic cHJvbWV0aGV1czpodW50ZXIy") == AuthOutcome::kAccepted);  // still the right one
   CHECK(auth.check("") == AuthOutcome::kMissing);
   CHECK(auth.check("Bearer abc") == AuthOutcome::kMissing);
   CHECK(auth.check("Basic !!!") == AuthOutcome::kMissing);
