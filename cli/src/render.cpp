@@ -6,6 +6,7 @@
 #include <map>
 
 #include "format.hpp"
+#include "rankstat/shmproto/liveness.hpp"
 
 namespace rankstat::cli {
 namespace {
@@ -53,10 +54,17 @@ constexpr std::string_view kSectionOrder[] = {"basics",         "pool",    "spec
 
 }  // namespace
 
-const char* state_style(const std::string& state) {
-  if (state == "LIVE") return style::kGreen;
-  if (state == "STALLED") return style::kYellow;
-  if (state == "DEAD") return style::kBoldRed;
+const char* state_style(std::string_view state) {
+  switch (shm::rank_state_from_name(state).value_or(shm::RankState::kClosed)) {
+    case shm::RankState::kLive:
+      return style::kGreen;
+    case shm::RankState::kStalled:
+      return style::kYellow;
+    case shm::RankState::kDead:
+      return style::kBoldRed;
+    case shm::RankState::kClosed:
+      break;
+  }
   return style::kDim;
 }
 

@@ -6,13 +6,14 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "table.hpp"
 
 namespace rankstat::cli {
 
-const char* state_style(const std::string& state);
+const char* state_style(std::string_view state);
 
 // The `rankstat ranks` table, plus the rejected-segments line.
 std::vector<StyledLine> render_ranks(const boost::json::object& ranks_document);

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "format.hpp"
+#include "rankstat/shmproto/liveness.hpp"
 #include "render.hpp"
 #include "table.hpp"
 #include "terminal.hpp"
@@ -31,12 +32,25 @@ constexpr std::pair<SortKey, std::string_view> kSortNames[] = {
 static_assert(std::size(kSortNames) == kSortKeyCount);
 
 // The order in which `state` sorts: the ranks that need a look first.
-int state_severity(const std::string& state) {
-  if (state == "DEAD") return 0;
-  if (state == "STALLED") return 1;
-  if (state == "LIVE") return 2;
-  if (state == "CLOSED") return 3;
+int state_severity(std::string_view state) {
+  const auto known = shm::rank_state_from_name(state);
+  if (!known) return 4;
+  switch (*known) {
+    case shm::RankState::kDead:
+      return 0;
+    case shm::RankState::kStalled:
+      return 1;
+    case shm::RankState::kLive:
+      return 2;
+    case shm::RankState::kClosed:
+      return 3;
+  }
   return 4;
+}
+
+bool alive(const TopRow& r) {
+  const auto known = shm::rank_state_from_name(r.state);
+  return known && shm::is_live(*known);
 }
 
 TopRow row_from(const boost::json::value& d) {
@@ -70,8 +84,7 @@ void fill_dp_imbalance(std::vector<TopRow>& rows) {
   using Key = std::tuple<std::string, std::string, double, double>;
   std::map<Key, std::vector<TopRow*>> groups;
   for (TopRow& r : rows) {
-    const bool alive = r.state == "LIVE" || r.state == "STALLED";
-    if (!alive || !r.dp_rank || !r.running) continue;
+    if (!alive(r) || !r.dp_rank || !r.running) continue;
     groups[Key{r.instance, r.role, r.tp_rank.value_or(-1), r.pp_rank.value_or(-1)}].push_back(&r);
   }
   for (auto& [key, members] : groups) {
@@ -198,7 +211,7 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
   double gen = 0;
   for (const TopRow& r : rows) {
     ++states[r.state];
-    if (r.state == "LIVE" || r.state == "STALLED") {
+    if (alive(r)) {
       running += r.running.value_or(0);
       queued += r.queued.value_or(0);
       gen += r.gen_throughput.value_or(0);
@@ -206,11 +219,13 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
   }
   StyledLine summary;
   summary.add("ranks " + std::to_string(rows.size()) + ":");
-  for (const char* s : {"LIVE", "STALLED", "DEAD", "CLOSED"}) {
-    const int n = states.count(s) != 0 ? states[s] : 0;
+  for (const shm::RankState state :
+       {shm::RankState::kLive, shm::RankState::kStalled, shm::RankState::kDead, shm::RankState::kClosed}) {
+    const std::string name(shm::rank_state_name(state));
+    const int n = states.count(name) != 0 ? states[name] : 0;
     summary.add(" ");
-    summary.add(std::to_string(n) + " " + s,
-                n > 0 && std::string_view(s) != "CLOSED" ? state_style(s) : style::kNone);
+    summary.add(std::to_string(n) + " " + name,
+                n > 0 && state != shm::RankState::kClosed ? state_style(name) : style::kNone);
   }
   summary.add("   running " + format_count(running) + "   queued " + format_count(queued) + "   gen " +
               format_rate(gen) + " tok/s");
@@ -243,7 +258,8 @@ std::vector<StyledLine> render_frame(const std::vector<TopRow>& rows, const Fram
            Cell(format_fixed(r.spec_accept_length, 2)), Cell(format_fixed(r.dp_imbalance, 2)),
            Cell(format_fixed(r.fwd_occupancy, 0)),
            Cell(format_age(r.heartbeat_age.value_or(kNoValue)),
-                r.state == "STALLED" ? style::kYellow : style::kNone)});
+                shm::rank_state_from_name(r.state) == shm::RankState::kStalled ? style::kYellow
+                                                                               : style::kNone)});
     }
     return table;
   };

@@ -676,7 +676,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     Request request;
     request.method = std::string(message.method_string());
     request.target = std::string(message.target());
-    request.accept = joined_values(message, bhttp::field::accept);
     request.accept_encoding = joined_values(message, bhttp::field::accept_encoding);
     if (const auto authorization = message.find(bhttp::field::authorization);
         authorization != message.end()) {

@@ -33,7 +33,6 @@ class ServerCore;
 struct Request {
   std::string method;  // "GET" or "HEAD": other methods never reach the handler
   std::string target;  // path and query exactly as sent, e.g. "/metrics?x=1"
-  std::string accept;
   std::string accept_encoding;
   std::string authorization;  // the Authorization header ("" when absent); a secret, never log it
 };

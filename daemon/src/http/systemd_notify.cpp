@@ -54,10 +54,6 @@ void notify_reloading() {
   send_notification("RELOADING=1\nMONOTONIC_USEC=" + std::to_string(monotonic_now_usec()));
 }
 
-void notify_status(std::string_view status) {
-  send_notification("STATUS=" + single_line(status));
-}
-
 void notify_watchdog() {
   send_notification("WATCHDOG=1");
 }

@@ -14,14 +14,13 @@
 
 namespace rankstat::http {
 
-// READY=1 plus STATUS=<status> when status is not empty.
+// READY=1 plus STATUS=<status> (shown by `systemctl status`; line breaks become spaces) when status is
+// not empty.
 void notify_ready(std::string_view status);
 void notify_stopping();
 // RELOADING=1 with MONOTONIC_USEC, as Type=notify-reload (systemd >= 253) requires; older
 // managers ignore the extra field.
 void notify_reloading();
-// Free-form one-line status shown by `systemctl status`; line breaks are replaced by spaces.
-void notify_status(std::string_view status);
 void notify_watchdog();
 
 // The period at which to call notify_watchdog(): half of WatchdogSec= so that one late kick does

@@ -99,11 +99,11 @@ TEST_CASE("each lifecycle notification sends its systemd keyword") {
 TEST_CASE("a multi-line status cannot inject extra notification fields") {
   FakeNotifySocket systemd;
 
-  rankstat::http::notify_status("degraded\nREADY=1");
+  rankstat::http::notify_ready("degraded\nWATCHDOG=trigger");
 
   const std::optional<std::string> message = systemd.receive(2s);
   REQUIRE(message.has_value());
-  CHECK(*message == "STATUS=degraded READY=1");
+  CHECK(*message == "READY=1\nSTATUS=degraded WATCHDOG=trigger");
 }
 
 TEST_CASE("without NOTIFY_SOCKET the notifications do nothing") {
@@ -111,7 +111,6 @@ TEST_CASE("without NOTIFY_SOCKET the notifications do nothing") {
   ::unsetenv("NOTIFY_SOCKET");
 
   rankstat::http::notify_ready("x");
-  rankstat::http::notify_status("x");
   rankstat::http::notify_watchdog();
 
   CHECK_FALSE(systemd.receive(200ms).has_value());

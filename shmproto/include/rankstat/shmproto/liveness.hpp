@@ -37,6 +37,15 @@ inline std::string_view rank_state_name(RankState state) {
   return "UNKNOWN";
 }
 
+// The state the API names `name`; nullopt for a name this build does not know (a newer daemon's).
+inline std::optional<RankState> rank_state_from_name(std::string_view name) {
+  for (int i = 0; i < kRankStateCount; ++i) {
+    const auto state = static_cast<RankState>(i);
+    if (rank_state_name(state) == name) return state;
+  }
+  return std::nullopt;
+}
+
 inline bool is_live(RankState state) {
   return state == RankState::kLive || state == RankState::kStalled;
 }
