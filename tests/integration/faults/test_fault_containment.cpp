@@ -20,6 +20,7 @@
 #include "rankstat/shmproto/process.hpp"
 #include "retired_totals.hpp"
 #include "segment_registry.hpp"
+#include "small_segment.hpp"
 #include "testkit.hpp"
 
 using namespace rankstat;
@@ -28,15 +29,7 @@ using namespace rankstat::testkit;
 namespace {
 
 ReporterOptions writer_options(const TempDir& dir, int dp) {
-  ReporterOptions options;
-  options.shm_dir = dir.path();
-  options.identity.instance = "guard";
-  options.identity.dp_rank = dp;
-  options.geometry.ring_bytes = 16 * 1024;
-  options.geometry.series_capacity = 16;
-  options.geometry.bounds_capacity = 64;
-  options.geometry.values_capacity = 256;
-  return options;
+  return rankstat::testkit::small_segment_options(dir, "guard", dp);
 }
 
 // A live reporter with a counter at `count` and one scheduler snapshot. Its own mapping is in this

@@ -15,6 +15,7 @@
 #include "rankstat/rankstat.h"
 #include "rankstat/reporter.hpp"
 #include "rankstat/shmproto/layout.hpp"
+#include "small_segment.hpp"
 #include "testkit.hpp"
 
 using namespace rankstat::testkit;
@@ -28,15 +29,7 @@ constexpr uid_t kUnprivilegedUid = 65534;
 constexpr uid_t kStrangerUid = 4242;
 
 rankstat::ReporterOptions options_in(const TempDir& dir, int dp) {
-  rankstat::ReporterOptions o;
-  o.shm_dir = dir.path();
-  o.identity.instance = "perm";
-  o.identity.dp_rank = dp;
-  o.geometry.ring_bytes = 16 * 1024;
-  o.geometry.series_capacity = 16;
-  o.geometry.bounds_capacity = 64;
-  o.geometry.values_capacity = 256;
-  return o;
+  return rankstat::testkit::small_segment_options(dir, "perm", dp);
 }
 
 struct stat stat_of(const std::string& path) {

@@ -13,6 +13,7 @@
 #include "rankstat/reporter.hpp"
 #include "retired_totals.hpp"
 #include "segment_registry.hpp"
+#include "small_segment.hpp"
 #include "testkit.hpp"
 
 using rankstat::RankState;
@@ -21,15 +22,7 @@ using rankstat::testkit::TempDir;
 namespace {
 
 rankstat::ReporterOptions small_segment(const TempDir& dir, int dp) {
-  rankstat::ReporterOptions o;
-  o.shm_dir = dir.path();
-  o.identity.instance = "reg";
-  o.identity.dp_rank = dp;
-  o.geometry.ring_bytes = 16 * 1024;
-  o.geometry.series_capacity = 16;
-  o.geometry.bounds_capacity = 64;
-  o.geometry.values_capacity = 256;
-  return o;
+  return rankstat::testkit::small_segment_options(dir, "reg", dp);
 }
 
 // Runs `call` with no descriptor left to open, then restores the limit.
