@@ -59,45 +59,31 @@ std::string window_help(std::string_view gauge_family, bool largest, std::uint64
          " over the trailing " + seconds + " s, from every report of the rank.";
 }
 
-void GaugeTrack::observe(std::uint64_t timestamp_ns, double value, std::uint64_t peak_window_ns) {
-  if (!std::isfinite(value)) return;
-  if (!has_value_) {
-    has_value_ = true;
-    value_ = value;
-    until_ns_ = timestamp_ns;
-    if (peak_window_ns != 0) note(timestamp_ns, value, peak_window_ns);
-    return;
-  }
-  // Same value: the piece simply continues; nothing to integrate or note yet.
-  if (value == value_) return;
-  hold_until(timestamp_ns);
-  if (peak_window_ns != 0) {
-    const std::uint64_t at = std::max(timestamp_ns, until_ns_);
-    note(at, value_, peak_window_ns);  // where the old value ends
-    note(at, value, peak_window_ns);   // where the new one starts
-  }
+void GaugeTrack::start(std::uint64_t timestamp_ns, double value, std::uint64_t peak_window_ns) {
+  has_value_ = true;
   value_ = value;
-}
-
-void GaugeTrack::hold_until(std::uint64_t timestamp_ns) {
-  if (!has_value_ || timestamp_ns <= until_ns_) return;
-  if (value_ > 0) integral_ += value_ * (static_cast<double>(timestamp_ns - until_ns_) * 1e-9);
   until_ns_ = timestamp_ns;
+  if (peak_window_ns == 0) return;
+  Bucket& b = bucket_at(timestamp_ns, peak_window_ns);
+  b.take(value);
+  value_bucket_ = b.index;
 }
 
 std::uint64_t GaugeTrack::window_bucket_ns(std::uint64_t window_ns) {
   return std::max<std::uint64_t>(window_ns / kWindowBuckets, 1);
 }
 
-void GaugeTrack::note(std::uint64_t timestamp_ns, double value, std::uint64_t peak_window_ns) {
-  const std::uint64_t index = timestamp_ns / window_bucket_ns(peak_window_ns);
-  Bucket& b = buckets_[index % buckets_.size()];
-  if (b.index != index) {
-    b = Bucket{index, value, value};
-    return;
-  }
-  b.largest = std::max(b.largest, value);
-  b.smallest = std::min(b.smallest, value);
+void GaugeTrack::locate_bucket(std::uint64_t timestamp_ns, std::uint64_t peak_window_ns) {
+  const std::uint64_t width = window_bucket_ns(peak_window_ns);
+  const std::uint64_t index = timestamp_ns / width;
+  cached_start_ns_ = index * width;
+  cached_width_ns_ = width;
+  cached_window_ns_ = peak_window_ns;
+  cached_slot_ = static_cast<std::size_t>(index % buckets_.size());
+  Bucket& b = buckets_[cached_slot_];
+  // A slot still holding an older bucket starts over; each bucket starts empty (+/-inf), so the first
+  // value taken sets both extrema.
+  if (b.index != index) b = Bucket{index, -HUGE_VAL, HUGE_VAL};
 }
 
 bool GaugeTrack::window_extrema(std::uint64_t now_ns, std::uint64_t window_ns, double& largest,
@@ -113,7 +99,7 @@ bool GaugeTrack::window_extrema(std::uint64_t now_ns, std::uint64_t window_ns, d
   largest = value_;
   smallest = value_;
   for (const Bucket& b : buckets_) {
-    if (b.index == ~std::uint64_t{0} || b.index < first || b.index > last) continue;
+    if (b.index == kNoBucket || b.index < first || b.index > last) continue;
     largest = std::max(largest, b.largest);
     smallest = std::min(smallest, b.smallest);
   }
@@ -127,6 +113,8 @@ void GaugeTrack::restore(double integral, double value, std::uint64_t until_ns) 
   until_ns_ = until_ns;
   has_value_ = true;
   buckets_ = {};
+  value_bucket_ = kNoBucket;
+  cached_width_ns_ = 0;
 }
 
 }  // namespace rankstat

@@ -215,25 +215,10 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
 
 void RankSegment::observe_snapshot_integrals() {
   if (integrals_ == nullptr || !scheduler_.present) return;
-  for (const auto& [field, at] : snapshot_integrals_) {
+  for (const auto& [field, track] : snapshot_integrals_) {
     if (!shm::field_present(scheduler_.fixed, *field)) continue;
-    note_observation(at, scheduler_.timestamp_ns, shm::read_scalar(scheduler_.fixed, *field).as_double());
+    note_observation(track, scheduler_.timestamp_ns, shm::read_scalar(scheduler_.fixed, *field).as_double());
   }
-}
-
-void RankSegment::note_observation(std::size_t track, std::uint64_t timestamp_ns, double value) {
-  // An unchanged value changes nothing (GaugeTrack::observe would ignore it too); most fields of most
-  // reports are unchanged, and this check reads one contiguous array instead of each gauge's track.
-  if (last_observed_[track] == value) return;
-  last_observed_[track] = value;
-  observations_.push_back({track, timestamp_ns, value});
-  if (observations_.size() >= kMaxPendingObservations) apply_observations();
-}
-
-void RankSegment::apply_observations() {
-  for (const Observation& o : observations_)
-    integrated_[o.track].track.observe(o.timestamp_ns, o.value, integrals_->peak_window_ns);
-  observations_.clear();
 }
 
 void RankSegment::add_integrated(std::string family, const shm::ScalarField* field,
@@ -263,7 +248,6 @@ void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_
   if (settings == nullptr || !settings->enabled()) return;
   integrals_ = settings;
   unclaimed_checkpoints_ = std::move(checkpoints);
-  observations_.reserve(kMaxPendingObservations);
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     std::string family = std::string(shm::kSnapshotFamilyPrefix).append(field.name);
     if (snapshot_exported && field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
@@ -282,7 +266,6 @@ void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_
 
 void RankSegment::settle_integrals(std::uint64_t now_ns) {
   if (integrals_ == nullptr) return;
-  apply_observations();
   const std::uint64_t heartbeat = std::min(producer().heartbeat_ns, now_ns);
   for (IntegratedGauge& g : integrated_) {
     if (g.field == nullptr && !g.track.has_value() && g.series_position < series_.size()) {

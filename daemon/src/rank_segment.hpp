@@ -59,7 +59,7 @@ struct IntegratedGauge {
   std::string integral_name;      // the exported families (gauge_integral.hpp), named once
   std::string window_max_name;
   std::string window_min_name;
-  mutable GaugeTrack track;  // mutable: reading the window extrema expires old pieces
+  GaugeTrack track;
 };
 
 // What a previous daemon exported for one integrated gauge of a generation (RetiredTotals keeps it).
@@ -172,11 +172,14 @@ class RankSegment {
   void add_integrated(std::string family, const shm::ScalarField* field, std::uint32_t series_position,
                       std::string checkpoint_key);
   void observe_snapshot_integrals();
-  // Changed values are logged per segment and applied to their tracks in batches (before any track is
-  // read, and whenever the log fills): the drain path then writes one sequential log instead of
-  // reaching each gauge's cold track and window queues on every report.
-  void note_observation(std::size_t track, std::uint64_t timestamp_ns, double value);
-  void apply_observations();
+  // Every integrated gauge of every drained report comes here. An unchanged value changes nothing
+  // (GaugeTrack::observe would ignore it too); most fields of most reports are unchanged, and this check
+  // reads one contiguous array instead of each gauge's track.
+  void note_observation(std::size_t track, std::uint64_t timestamp_ns, double value) {
+    if (last_observed_[track] == value) return;
+    last_observed_[track] = value;
+    integrated_[track].track.observe(timestamp_ns, value, integrals_->peak_window_ns);
+  }
   // Gives `series` (at `position` in series_, descriptor `descriptor`) a track if its family is integrated.
   void track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor);
   template <typename Read>
@@ -226,14 +229,7 @@ class RankSegment {
   std::vector<std::pair<const shm::ScalarField*, std::size_t>> snapshot_integrals_;
   std::vector<std::int32_t> series_integral_;  // per descriptor index: index in integrated_ or -1
   std::map<std::string, IntegralCheckpoint> unclaimed_checkpoints_;
-  struct Observation {
-    std::size_t track;
-    std::uint64_t timestamp_ns;
-    double value;
-  };
-  std::vector<Observation> observations_;
   std::vector<double> last_observed_;  // per integrated_ entry: the value last logged (NaN: none yet)
-  static constexpr std::size_t kMaxPendingObservations = 256;
   // Gauge updates of series whose descriptor this daemon had not read yet when the record was drained
   // (published between the descriptor scan and the drain): applied, in order, once it is read.
   struct PendingUpdate {
