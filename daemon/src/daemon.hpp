@@ -1,6 +1,7 @@
 // rankstatd: one io thread runs everything — ring drains on a short timer, liveness checks, directory
 // scans (inotify makes them come sooner), the HTTP listener and signal handling — so the segment state
-// needs no locks. A scrape is built on that thread from the state as of that moment.
+// needs no locks. A scrape is built on that thread from the state as of that moment. The jobs are one
+// component each (segment_watch, scrape_cache, routes, service_control); Daemon wires them together.
 #pragma once
 
 #include <memory>

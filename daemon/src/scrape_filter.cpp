@@ -1,37 +1,13 @@
 #include "scrape_filter.hpp"
 
 #include <algorithm>
+#include <utility>
+
+#include "query_string.hpp"
 
 namespace rankstat {
 
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// application/x-www-form-urlencoded decoding: "+" is a space, "%XX" a byte; a malformed escape stays as
-// written.
-std::string form_decode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '+') {
-      out += ' ';
-    } else if (c == '%' && i + 2 < text.size() && hex_value(text[i + 1]) >= 0 &&
-               hex_value(text[i + 2]) >= 0) {
-      out += static_cast<char>(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
-      i += 2;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 // The metric name a sample line starts with.
 std::string_view sample_name(std::string_view line) {
@@ -42,21 +18,11 @@ std::string_view sample_name(std::string_view line) {
 
 ScrapeFilter parse_scrape_filter(std::string_view target) {
   ScrapeFilter filter;
-  const auto question = target.find('?');
-  if (question == std::string_view::npos) return filter;
-  std::string_view query = target.substr(question + 1);
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const auto equals = pair.find('=');
-    const std::string key = form_decode(pair.substr(0, equals));
-    const std::string value =
-        equals == std::string_view::npos ? std::string() : form_decode(pair.substr(equals + 1));
-    if (key == "name[]") {
-      filter.names.insert(value);
-    } else if (key == "self_metrics") {
-      filter.self_metrics = !(value == "false" || value == "0");
+  for (QueryParam& param : query_params(target)) {
+    if (param.key == "name[]") {
+      filter.names.insert(std::move(param.value));
+    } else if (param.key == "self_metrics") {
+      filter.self_metrics = !(param.value == "false" || param.value == "0");
     }
   }
   return filter;

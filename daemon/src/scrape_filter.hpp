@@ -21,7 +21,7 @@ struct ScrapeFilter {
 };
 
 // Reads the query string of a request target ("/metrics?name[]=a&name%5B%5D=b&self_metrics=false");
-// keys and values are percent-decoded. Unknown parameters are ignored, as by prometheus_client.
+// keys and values are decoded by query_params(). Unknown parameters are ignored, as by prometheus_client.
 ScrapeFilter parse_scrape_filter(std::string_view target);
 
 // The exposition `body`, whose families end at `family_ends` (the first `engine_families` of them the

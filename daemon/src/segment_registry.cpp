@@ -68,11 +68,36 @@ bool SegmentRegistry::Rejected::same_file(const struct stat& st) const {
          gid == st.st_gid && size == st.st_size && ctime_ns == rankstat::ctime_ns(st);
 }
 
-std::string SegmentRegistry::distrust(const struct stat& st, const std::string& instance,
-                                      std::string& message) const {
+namespace {
+
+// As logged; spelt as the reason label of rankstat_segments_rejected_total.
+std::string_view rejection_name(Rejection rejection) {
+  switch (rejection.refusal) {
+    case Refusal::kNotRegularFile:
+      return "not_regular_file";
+    case Refusal::kWorldWritable:
+      return "world_writable";
+    case Refusal::kUnexpectedOwner:
+      return "unexpected_owner";
+    case Refusal::kHardLink:
+      return "hard_link";
+    case Refusal::kInstanceMismatch:
+      return "instance_mismatch";
+    case Refusal::kBusError:
+      return "bus_error";
+    case Refusal::kInvalid:
+      break;
+  }
+  return shm::reject_reason_name(rejection.invalid);
+}
+
+}  // namespace
+
+std::optional<Refusal> SegmentRegistry::distrust(const struct stat& st, const std::string& instance,
+                                                 std::string& message) const {
   if (!S_ISREG(st.st_mode)) {
     message = "not a regular file (a symlink, directory, FIFO or device); never opened";
-    return "not_regular_file";
+    return Refusal::kNotRegularFile;
   }
   if ((st.st_mode & S_IWOTH) != 0 && !options_.allow_world_writable) {
     char mode[8];
@@ -81,17 +106,17 @@ std::string SegmentRegistry::distrust(const struct stat& st, const std::string& 
         std::string("mode ") + mode +
         " lets any local user write it; writers create segments 0660 or 0640 (--shm.allow-world-writable "
         "accepts it anyway)";
-    return "world_writable";
+    return Refusal::kWorldWritable;
   }
   const std::uint32_t uid = st.st_uid;
   if (auto owners = options_.instance_owners.find(instance); owners != options_.instance_owners.end()) {
     // Per-instance trust: a user trusted for one instance cannot publish (or rename a segment over)
     // another's.
     if (uid == 0 || std::find(owners->second.begin(), owners->second.end(), uid) != owners->second.end())
-      return {};
+      return std::nullopt;
     message = "owned by uid " + std::to_string(uid) +
               ", which --shm.instance-owner does not allow for instance " + instance;
-    return "unexpected_owner";
+    return Refusal::kUnexpectedOwner;
   }
   const bool owner_ok = options_.any_owner || uid == geteuid() || uid == 0 ||
                         std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
@@ -99,35 +124,39 @@ std::string SegmentRegistry::distrust(const struct stat& st, const std::string& 
   if (!owner_ok) {
     message = "owned by uid " + std::to_string(uid) + ", which is neither this daemon's uid " +
               std::to_string(geteuid()) + ", root, nor in --shm.allowed-uids";
-    return "unexpected_owner";
+    return Refusal::kUnexpectedOwner;
   }
-  return {};
+  return std::nullopt;
 }
 
-void SegmentRegistry::reject(const std::string& name, const struct stat& st, const std::string& reason,
+void SegmentRegistry::reject(const std::string& name, const struct stat& st, Rejection reason,
                              const std::string& message, std::uint64_t now_ns) {
   Rejected& r = rejected_[name];
   const bool repeat = r.inode == st.st_ino && r.device == st.st_dev && r.reason == reason;
   r = Rejected{st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid, st.st_size, ctime_ns(st), reason};
   if (repeat) return;  // counted and logged for this file and reason already
-  if (reason == "not_regular_file") {
-    ++counters_.rejected_not_regular;
-  } else if (reason == "world_writable") {
-    ++counters_.rejected_world_writable;
-  } else if (reason == "unexpected_owner") {
-    ++counters_.rejected_unexpected_owner;
-  } else if (reason == "hard_link") {
-    ++counters_.rejected_hard_link;
-  } else if (reason == "instance_mismatch") {
-    ++counters_.rejected_instance_mismatch;
-  } else if (reason == "bus_error") {
-    ++counters_.quarantined_bus_error;
-  } else {
-    for (int i = 0; i < shm::kRejectReasonCount; ++i) {
-      if (shm::reject_reason_name(static_cast<shm::RejectReason>(i)) == reason) {
-        ++counters_.rejected_by_reason[static_cast<std::size_t>(i)];
-      }
-    }
+  switch (reason.refusal) {
+    case Refusal::kNotRegularFile:
+      ++counters_.rejected_not_regular;
+      break;
+    case Refusal::kWorldWritable:
+      ++counters_.rejected_world_writable;
+      break;
+    case Refusal::kUnexpectedOwner:
+      ++counters_.rejected_unexpected_owner;
+      break;
+    case Refusal::kHardLink:
+      ++counters_.rejected_hard_link;
+      break;
+    case Refusal::kInstanceMismatch:
+      ++counters_.rejected_instance_mismatch;
+      break;
+    case Refusal::kBusError:
+      ++counters_.quarantined_bus_error;
+      break;
+    case Refusal::kInvalid:
+      ++counters_.rejected_by_reason[static_cast<std::size_t>(reason.invalid)];
+      break;
   }
   if (!log_limiter_.allow(now_ns)) {
     ++counters_.log_lines_suppressed;
@@ -135,7 +164,7 @@ void SegmentRegistry::reject(const std::string& name, const struct stat& st, con
   }
   const std::uint64_t suppressed = log_limiter_.suppressed_since_last();
   if (suppressed != 0) spdlog::warn("{} similar messages about bad segments were suppressed", suppressed);
-  spdlog::warn("rejected segment {} ({}): {}", name, reason, message);
+  spdlog::warn("rejected segment {} ({}): {}", name, rejection_name(reason), message);
 }
 
 void SegmentRegistry::note_faults(const RankSegment& s, std::uint64_t now_ns) {
@@ -215,12 +244,11 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
         // believed. Its generation is dropped unfolded (its values may be forged) and the file refused
         // until it changes.
         std::string message;
-        if (std::string reason = distrust(st, shm::parse_segment_name(name)->instance, message);
-            !reason.empty()) {
+        if (const auto refusal = distrust(st, shm::parse_segment_name(name)->instance, message)) {
           ++counters_.dropped_untrusted;
           t.current.reset();
-          reject(name, st, reason, message + " (changed after it was opened; dropped from the exposition)",
-                 now_ns);
+          reject(name, st, {*refusal},
+                 message + " (changed after it was opened; dropped from the exposition)", now_ns);
           continue;
         }
         present.insert({name, t.current->identity().generation});
@@ -249,16 +277,15 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
       continue;
     }
     std::string distrust_message;
-    if (std::string reason = distrust(st, shm::parse_segment_name(name)->instance, distrust_message);
-        !reason.empty()) {
+    if (const auto refusal = distrust(st, shm::parse_segment_name(name)->instance, distrust_message)) {
       // Judged before the hard-link check: a foreign segment renamed here (its inode still tracked under
       // its old name) is an untrusted owner's file, not a second name.
-      reject(name, st, reason, distrust_message, now_ns);
+      reject(name, st, {*refusal}, distrust_message, now_ns);
       continue;
     }
     if (const std::string* holder = inode_holder(st, name)) {
       // Segments are identified by (device, inode): a second name (ln) would count the rank twice.
-      reject(name, st, "hard_link",
+      reject(name, st, {Refusal::kHardLink},
              "a second name (hard link) for the segment already read as " + *holder + "; counted once",
              now_ns);
       continue;
@@ -329,8 +356,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   std::string message;
   // Judged on lstat before anything is opened or mapped (a symlink is never followed), then again on the
   // descriptor actually opened, so a file swapped in between is caught too.
-  if (std::string reason = distrust(listed, instance, message); !reason.empty()) {
-    reject(name, listed, reason, message, now_ns);
+  if (const auto refusal = distrust(listed, instance, message)) {
+    reject(name, listed, {*refusal}, message, now_ns);
     return;
   }
   shm::OpenedSegment opened;
@@ -339,7 +366,7 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
       !shm::run_bus_guarded(nullptr, 0, [&] { opened = shm::open_segment(path, /*consumer=*/true); });
   if (faulted) {
     opened.file.reset();
-    reject(name, listed, "bus_error", "the file shrank while its header was being read", now_ns);
+    reject(name, listed, {Refusal::kBusError}, "the file shrank while its header was being read", now_ns);
     return;
   }
   if (opened.reason == shm::RejectReason::kNotReady) return;  // a writer mid-creation: next scan
@@ -352,20 +379,20 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   }
   if (opened.reason != shm::RejectReason::kNone) {
     struct stat st {};
-    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed,
-           std::string(shm::reject_reason_name(opened.reason)), opened.message, now_ns);
+    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed, {Refusal::kInvalid, opened.reason},
+           opened.message, now_ns);
     return;
   }
   struct stat held {};
   if (fstat(opened.file.fd(), &held) != 0) return;
-  if (std::string reason = distrust(held, instance, message); !reason.empty()) {
-    reject(name, held, reason, message, now_ns);
+  if (const auto refusal = distrust(held, instance, message)) {
+    reject(name, held, {*refusal}, message, now_ns);
     return;
   }
   if (instance != opened.identity.instance) {
     // Trust is per instance and judged by the name: a header claiming another instance is a renamed
     // segment (its series would be exported under the header's instance).
-    reject(name, held, "instance_mismatch",
+    reject(name, held, {Refusal::kInstanceMismatch},
            std::string("its header says instance '") + opened.identity.instance + "' but its name says '" +
                instance + "'",
            now_ns);

@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "log_limiter.hpp"
@@ -26,6 +28,24 @@
 #include "retired_totals.hpp"
 
 namespace rankstat {
+
+// Why the registry refused a segment file: one of its own trust rules, or (kInvalid) the reader's
+// validation, whose shm::RejectReason says more.
+enum class Refusal : std::uint8_t {
+  kNotRegularFile,
+  kWorldWritable,
+  kUnexpectedOwner,
+  kHardLink,
+  kInstanceMismatch,
+  kBusError,  // the file shrank while its header was read
+  kInvalid,
+};
+
+struct Rejection {
+  Refusal refusal = Refusal::kInvalid;
+  shm::RejectReason invalid = shm::RejectReason::kNone;  // set with Refusal::kInvalid only
+  bool operator==(const Rejection&) const = default;
+};
 
 struct RegistryCounters {
   std::array<std::uint64_t, shm::kRejectReasonCount> rejected_by_reason{};
@@ -171,17 +191,18 @@ class SegmentRegistry {
     std::uint32_t gid = 0;
     std::int64_t size = 0;
     std::int64_t ctime_ns = 0;
-    std::string reason;
+    Rejection reason;
     bool recheck = false;  // the trust settings changed: look again even if the file did not
     bool same_file(const struct stat& st) const;
   };
 
   bool wanted(const std::string& instance) const;
-  // Empty if `st` may be opened; else the reject reason, with a message.
+  // nullopt if `st` may be opened; else the trust rule it breaks, with a message.
   // `instance`: the one the file name claims, for --shm.instance-owner.
-  std::string distrust(const struct stat& st, const std::string& instance, std::string& message) const;
-  void reject(const std::string& name, const struct stat& st, const std::string& reason,
-              const std::string& message, std::uint64_t now_ns);
+  std::optional<Refusal> distrust(const struct stat& st, const std::string& instance,
+                                  std::string& message) const;
+  void reject(const std::string& name, const struct stat& st, Rejection reason, const std::string& message,
+              std::uint64_t now_ns);
   // Counts and logs (once per generation, rate-limited) a ring or memory fault found since the last call.
   void note_faults(const RankSegment& segment, std::uint64_t now_ns);
   void open_generation(const std::string& name, const struct stat& st, std::uint64_t now_ns);
