@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """rankstat side by side with Python prometheus_client multiprocess mode, in one run.
 
-    bench/run_bench.py --build build/release [--quick] [--only-daemon-cost] [--json FILE]
+    bench/run_bench.py --build build/release [--quick] [--only PART,...] [--sizes N,...] [--json FILE]
 
 Runs every benchmark of bench/ one after the other (never two at once), next to the anchor
 (bench/anchor_multiprocess.py), and prints one table with ratios. These machines are shared and noisy:
@@ -43,6 +43,8 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 METRIC_SET = os.path.join(HERE, "sglang_scheduler_set.tsv")
+# What --only selects from, in the order they run.
+PARTS = ("engine", "scrape", "vllm", "freshness", "daemon-cost", "ingest", "breakdown")
 PYTHON = sys.executable
 
 
@@ -381,6 +383,11 @@ def make_table(results):
     lines = ["| measurement | rankstat | anchor / limit | ratio | target | met |", "|---|---|---|---|---|---|"]
     if "engine" in results:
         engine_rows(results, lines)
+    if "scrape" in results:
+        scrape_rows(results, lines)
+    if results.get("vllm_scrape"):
+        import bench_vllm_scrape
+        lines.extend(bench_vllm_scrape.run_bench_rows(results["vllm_scrape"]))
     cost_rows(results, lines)
     return "\n".join(lines)
 
@@ -421,6 +428,9 @@ def engine_rows(results, lines):
     lines.append(f"| anchor: Gauge.set alone / with .labels(), us | - | {fmt(anchor_step['gauge_set_us_median'])} / "
                  f"{fmt(anchor_step['gauge_labels_set_us_median'])} | - | - | - |")
 
+
+
+def scrape_rows(results, lines):
     by_ranks = {}
     for row in results["scrape"]:
         n = row["ranks"]
@@ -455,9 +465,6 @@ def engine_rows(results, lines):
             lines.append(f"| scrape cost growth {lo} -> {hi} ranks, {mode} (1.0 = linear) | {growth:.2f} | - | - | "
                          f"<= 1 (linear or better) | {verdict(growth <= 1.0)} |")
 
-    if results.get("vllm_scrape"):
-        import bench_vllm_scrape
-        lines.extend(bench_vllm_scrape.run_bench_rows(results["vllm_scrape"]))
 
 
 def cost_rows(results, lines):
@@ -527,9 +534,20 @@ def main():
     parser.add_argument("--json", help="also write every raw figure to this file")
     parser.add_argument("--tmp", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
     parser.add_argument("--only-daemon-cost", action="store_true",
-                        help="only the daemon cost runs (paced, fixed 2 ms drain, integrals off)")
+                        help="only the daemon cost runs (paced, fixed 2 ms drain, integrals off); --only daemon-cost")
+    parser.add_argument("--only", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, of: {', '.join(PARTS)} (default: all); e.g. to compare "
+                             "two builds of the daemon: --only scrape,daemon-cost --sizes 64,256")
+    parser.add_argument("--sizes", help="rank counts of the scrape part, comma-separated (default 1,8,32,64,256)")
     args = parser.parse_args()
     args.build = os.path.abspath(args.build)
+    args.parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    if args.only_daemon_cost:
+        args.parts = {"daemon-cost"}
+    unknown = args.parts - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(sorted(unknown))}; known: {', '.join(PARTS)}")
+    sizes = [int(n) for n in args.sizes.split(",")] if args.sizes else None
     if args.quick:
         args.sizes, args.scrapes, args.repetitions = [1, 2], 2, 1
         args.append_min_time, args.step_iterations = 0.001, 50
@@ -543,27 +561,34 @@ def main():
         args.append_min_time, args.step_iterations = 0.05, 2000
         args.cost_ranks, args.cost_seconds, args.freshness_seconds = 64, 30.0, 10.0
         args.cost_scrape_s, args.settle_seconds = 5.0, 2.0  # 5 s: SGLang's example Prometheus scrape_interval
+    if sizes:
+        args.sizes = sizes
 
     base = os.path.join(args.tmp, f"rankstat-bench-{os.getpid()}")
     os.makedirs(base, exist_ok=True)
     started = time.time()
     results = {"machine": machine_description(), "quick": args.quick}
     try:
-        if not args.only_daemon_cost:
+        if "engine" in args.parts:
             results["engine"] = bench_engine(args)
+        if "scrape" in args.parts:
             results["scrape"] = bench_scrape(args, base)
+        if "vllm" in args.parts:
             results["vllm_scrape"] = bench_vllm_scrape(args)
+        if "freshness" in args.parts:
             results["freshness_alone"] = bench_freshness_small(args, base)
-        results["daemon_cost"] = bench_daemon_cost(args, base, freshness=not args.only_daemon_cost)
-        # The same load with pacing off (a drain every 2 ms, the fastest pace): what pacing saves.
-        results["daemon_cost_fixed_poll"] = bench_daemon_cost(args, base, ["--shm.poll-interval-max=2ms"],
-                                                              freshness=False)
-        # The same load without the time integrals and window gauges (docs/metrics.md): what they cost.
-        results["daemon_cost_integrals_off"] = bench_daemon_cost(args, base, ["--aggregate.integrate=none"],
-                                                                 freshness=False)
-        if not args.only_daemon_cost:
+        if "daemon-cost" in args.parts:
+            results["daemon_cost"] = bench_daemon_cost(args, base, freshness="freshness" in args.parts)
+            # The same load with pacing off (a drain every 2 ms, the fastest pace): what pacing saves.
+            results["daemon_cost_fixed_poll"] = bench_daemon_cost(args, base, ["--shm.poll-interval-max=2ms"],
+                                                                  freshness=False)
+            # The same load without the time integrals and window gauges (docs/metrics.md): what they cost.
+            results["daemon_cost_integrals_off"] = bench_daemon_cost(args, base, ["--aggregate.integrate=none"],
+                                                                     freshness=False)
+        if "ingest" in args.parts:
             results["ingest"] = bench_ingest(args)
             results["ingest_integrals"] = bench_ingest(args, ["--integrals"])
+        if "breakdown" in args.parts:
             results["breakdown"] = bench_breakdown(args)
     finally:
         shutil.rmtree(base, ignore_errors=True)
