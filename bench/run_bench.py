@@ -295,6 +295,11 @@ def proc_rss_mib(pid, field="VmRSS"):
     return float("nan")
 
 
+def daemon_knows_flag(build, flag):
+    result = subprocess.run([os.path.join(build, "daemon", "rankstatd"), "--help"], capture_output=True, text=True)
+    return flag in result.stdout
+
+
 def bench_daemon_cost(args, base, flags=(), freshness=True):
     ranks = args.cost_ranks
     shm_dir = fresh_dir(base, "cost")
@@ -583,8 +588,10 @@ def main():
             results["daemon_cost_fixed_poll"] = bench_daemon_cost(args, base, ["--shm.poll-interval-max=2ms"],
                                                                   freshness=False)
             # The same load without the time integrals and window gauges (docs/metrics.md): what they cost.
-            results["daemon_cost_integrals_off"] = bench_daemon_cost(args, base, ["--aggregate.integrate=none"],
-                                                                     freshness=False)
+            # (A build from before them has no such flag: it is then compared as it is.)
+            if daemon_knows_flag(args.build, "--aggregate.integrate"):
+                results["daemon_cost_integrals_off"] = bench_daemon_cost(args, base, ["--aggregate.integrate=none"],
+                                                                         freshness=False)
         if "ingest" in args.parts:
             results["ingest"] = bench_ingest(args)
             results["ingest_integrals"] = bench_ingest(args, ["--integrals"])
