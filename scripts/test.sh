@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh Debian 12 machine: installs dependencies, then builds and tests
-# the dev, asan-ubsan and tsan presets, smoke-runs the benchmarks, checks the install and the Debian
-# package (scripts/check-package.sh), and fuzzes the shared-memory parsers for a bounded time (the fuzz
-# preset of tests/fuzz, clang + libFuzzer; docs/testing.md).
+# the dev, asan-ubsan and tsan presets (after dev's tests, clang-tidy: scripts/clang-tidy.sh), smoke-runs
+# the benchmarks, checks the install and the Debian package (scripts/check-package.sh), and fuzzes the
+# shared-memory parsers for a bounded time (the fuzz preset of tests/fuzz, clang + libFuzzer;
+# docs/testing.md).
 #   scripts/test.sh            everything (what CI runs)
 #   scripts/test.sh dev        one preset only (dev, asan-ubsan, tsan, release or fuzz)
 set -euo pipefail
@@ -39,6 +40,10 @@ for preset in "${presets[@]}"; do
     ctest --preset "${preset}"
   fi
   if [[ ${preset} == dev ]]; then
+    # Static analysis over the first-party sources with the dev build's compile commands: every
+    # clang-tidy finding fails the suite (.clang-tidy, scripts/clang-tidy.sh; a few minutes on 2 cores).
+    echo "=== dev: clang-tidy (scripts/clang-tidy.sh)"
+    RANKSTAT_TIDY_BUILD=build/dev bash scripts/clang-tidy.sh
     # The optimised build is what the demo, `cmake --install` and the benchmarks use, and -O3 raises
     # warnings -O0 does not: build its programs (not its tests) and smoke-run the benchmarks with them.
     echo "=== release: configure and build the programs and benchmarks"

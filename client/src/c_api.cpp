@@ -356,7 +356,7 @@ int rankstat_report_scheduler(rankstat_reporter* reporter, const void* snapshot,
     if (!reporter->reporter.is_open()) return fail(Status::kClosed);
     // The caller's buffers need not be aligned (ctypes, numpy): copy the fixed part onto the stack to
     // patch priority_count, and hand the entries over as raw bytes rather than as PriorityCount objects.
-    rankstat::shm::SchedulerSnapshot copy;
+    rankstat::shm::SchedulerSnapshot copy{};
     std::memcpy(&copy, snapshot, sizeof copy);
     copy.priority_count = priority_count;
     const std::span<const std::uint8_t> fixed(reinterpret_cast<const std::uint8_t*>(&copy), sizeof copy);

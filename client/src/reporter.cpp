@@ -96,7 +96,7 @@ std::string_view status_name(Status status) noexcept {
 
 std::string default_shm_dir() {
   // getenv is not synchronised with setenv; callers read it at open time, not on the hot path.
-  const char* configured = std::getenv("RANKSTAT_SHM_DIR");
+  const char* configured = std::getenv("RANKSTAT_SHM_DIR");  // NOLINT(concurrency-mt-unsafe): see above
   if (configured != nullptr && configured[0] != '\0') return configured;
   return "/dev/shm";
 }
@@ -157,6 +157,7 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     create.geometry = options.geometry;
     std::string group = options.group;
     if (group.empty()) {
+      // NOLINTNEXTLINE(concurrency-mt-unsafe): read once at open, like RANKSTAT_SHM_DIR
       const char* configured = std::getenv("RANKSTAT_SHM_GROUP");
       if (configured != nullptr) group = configured;
     }

@@ -506,9 +506,10 @@ std::string constant_label_refusal(std::string_view name, std::string_view insta
       return "'" + text + "' is reserved: the exposition or a gauge mode adds it to engine series";
   }
   for (const std::string_view scrape : {"job", "instance"}) {
-    if (name == scrape)
+    if (name == scrape) {
       return "'" + text + "' is set by Prometheus at scrape time (it would become exported_" + text +
              "); to export the engine instance id, use --label.instance=LABEL";
+    }
   }
   // The labels identity_labels() sets below.
   for (const std::string_view engine :
@@ -516,9 +517,10 @@ std::string constant_label_refusal(std::string_view name, std::string_view insta
     if (name == engine)
       return "'" + text + "' collides with the engine label of that name on per-rank series";
   }
-  if (!instance_label.empty() && name == instance_label)
+  if (!instance_label.empty() && name == instance_label) {
     return "'" + text +
            "' collides with --label.instance, which names the label carrying the engine instance id";
+  }
   return {};
 }
 

@@ -169,7 +169,23 @@ class FamilySet {
   std::uint64_t layout_ = 1;  // changes whenever a series or family is erased: invalidates every slot
   std::string key_scratch_;
   Labels sorted_scratch_;
-  std::map<std::tuple<std::string, std::uint64_t, std::string>, SegmentSlots, std::less<>> slots_;
+  // Keyed by (segment name, generation, instance label), looked up by views of them. The comparator
+  // compares views on both sides: clang (clang-tidy) cannot compare a tuple of string_views with a tuple
+  // of strings through libstdc++ 12's operator<=>, g++ can.
+  using SlotKey = std::tuple<std::string, std::uint64_t, std::string>;
+  using SlotKeyView = std::tuple<std::string_view, std::uint64_t, std::string_view>;
+  struct SlotKeyLess {
+    using is_transparent = void;
+    static SlotKeyView view(const SlotKey& key) {
+      return {std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+    }
+    static const SlotKeyView& view(const SlotKeyView& key) { return key; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return view(a) < view(b);
+    }
+  };
+  std::map<SlotKey, SegmentSlots, SlotKeyLess> slots_;
 };
 
 // The identity labels of a segment, in SGLang's order: model_name, engine_type, tp_rank, pp_rank,

@@ -10,6 +10,7 @@
 
 #include "config.hpp"
 #include "daemon.hpp"
+#include "rankstat/shmproto/segment.hpp"
 
 namespace {
 
@@ -31,7 +32,7 @@ void raise_fd_limit() {
     spdlog::info("raised the file descriptor limit from {} to the hard limit {}", before, limit.rlim_max);
   } else {
     spdlog::warn("cannot raise the file descriptor limit from {} to {}: {}", before, limit.rlim_max,
-                 std::strerror(errno));
+                 rankstat::shm::errno_text(errno));
   }
 }
 

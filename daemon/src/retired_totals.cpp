@@ -14,8 +14,10 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <utility>
 
 #include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/segment.hpp"
 
 namespace rankstat {
 namespace {
@@ -98,14 +100,14 @@ bool replace_file(const std::string& path, const std::string& text, bool durable
   const std::string temporary = path + suffix;
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0) {
-    error = "cannot write " + temporary + ": " + std::strerror(errno);
+    error = "cannot write " + temporary + ": " + shm::errno_text(errno);
     return false;
   }
   const bool ok = write_all(fd, text) && (!durable || ::fsync(fd) == 0);
   const int saved_errno = errno;
   ::close(fd);
   if (!ok || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    error = "cannot write " + path + ": " + std::strerror(ok ? errno : saved_errno);
+    error = "cannot write " + path + ": " + shm::errno_text(ok ? errno : saved_errno);
     ::unlink(temporary.c_str());
     return false;
   }
@@ -137,10 +139,10 @@ std::optional<std::string> read_state_file(const std::string& path) {
 
 }  // namespace
 
-RetiredTotals::RetiredTotals(std::string state_dir) : dir_(state_dir) {
-  if (!state_dir.empty()) {
-    path_ = state_dir + "/retired-totals.json";
-    checkpoint_path_ = state_dir + "/integrals.json";
+RetiredTotals::RetiredTotals(std::string state_dir) : dir_(std::move(state_dir)) {
+  if (!dir_.empty()) {
+    path_ = dir_ + "/retired-totals.json";
+    checkpoint_path_ = dir_ + "/integrals.json";
   }
 }
 
@@ -193,7 +195,7 @@ bool RetiredTotals::check_directory(std::string& error) const {
   if (dir_.empty()) return true;
   struct stat st {};
   if (::lstat(dir_.c_str(), &st) != 0) {
-    error = "--state.dir " + dir_ + ": " + std::strerror(errno);
+    error = "--state.dir " + dir_ + ": " + shm::errno_text(errno);
     return false;
   }
   if (!S_ISDIR(st.st_mode)) {
@@ -226,7 +228,7 @@ bool RetiredTotals::load(std::string& error) {
     if (errno == EINVAL) {
       error = path_ + " is not a regular file; starting without retired totals";
     } else {
-      error = path_ + " cannot be read (" + std::strerror(errno) +
+      error = path_ + " cannot be read (" + shm::errno_text(errno) +
               (errno == ELOOP ? "; a symlink is never followed" : "") + "); starting without retired totals";
     }
     return false;

@@ -214,6 +214,7 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
   }
   std::vector<std::string> names;
   std::vector<std::string> temporaries;
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): readdir is thread-safe on a stream no other thread uses
   while (const dirent* entry = readdir(dir)) {
     const std::string name = entry->d_name;
     if (shm::parse_temporary_pid(name)) {

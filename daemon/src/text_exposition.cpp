@@ -116,8 +116,9 @@ void append_client_value(std::string& out, double value) {
     } else if (exponent + 1 >= n) {
       repr.append(digits).append(static_cast<std::size_t>(exponent + 1 - n), '0').append(".0");
     } else {
-      repr.append(digits, 0, static_cast<std::size_t>(exponent + 1)).push_back('.');
-      repr.append(digits, static_cast<std::size_t>(exponent + 1));
+      const std::size_t integer_digits = static_cast<std::size_t>(exponent) + 1;  // exponent >= 0 here
+      repr.append(digits, 0, integer_digits).push_back('.');
+      repr.append(digits, integer_digits);
     }
   } else {
     repr.push_back(digits.front());

@@ -77,7 +77,7 @@ class ChunkedGzip {
  public:
   // Neighbouring chunks smaller than this are merged (compressed as one): each chunk is compressed on
   // its own, so tiny ones would lose the redundancy between families.
-  static constexpr std::size_t kMinChunkBytes = 64 * 1024;
+  static constexpr std::size_t kMinChunkBytes = std::size_t{64} * 1024;
 
   explicit ChunkedGzip(int level = 1);
   ~ChunkedGzip();

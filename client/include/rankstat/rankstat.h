@@ -13,6 +13,8 @@
 #ifndef RANKSTAT_RANKSTAT_H
 #define RANKSTAT_RANKSTAT_H
 
+/* A C header (C engines and ctypes read it too): typedef struct and snake_case names. */
+/* NOLINTBEGIN(modernize-use-using,readability-identifier-naming) */
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -267,5 +269,6 @@ int rankstat_apply_updates(rankstat_reporter* reporter, const rankstat_update* u
 #ifdef __cplusplus
 }
 #endif
+/* NOLINTEND(modernize-use-using,readability-identifier-naming) */
 
 #endif /* RANKSTAT_RANKSTAT_H */

@@ -285,7 +285,8 @@ void parse_users(const YAML::Node& node, WebConfig& config) {
     const std::string user = scalar(entry.first, path);
     // The hash is a secret: errors name the user, never the value.
     if (!entry.second.IsScalar() || !is_bcrypt_hash(entry.second.Scalar())) {
-      fail(path + "." + user + ": not a bcrypt hash (make one with htpasswd -nBC 10 \"\" | tr -d ':\\n')");
+      fail(path + "." + user +
+           R"msg(: not a bcrypt hash (make one with htpasswd -nBC 10 "" | tr -d ':\n'))msg");
     }
     if (!config.basic_auth_users.emplace(user, entry.second.Scalar()).second) {
       fail(path + ": user '" + user + "' given twice");
@@ -362,9 +363,15 @@ std::string openssl_error() {
   return text.empty() ? "unknown OpenSSL error" : text;
 }
 
+// strerror's text without its shared buffer (strerror is not thread-safe); glibc's strerror_r.
+std::string error_text(int error) {
+  std::array<char, 256> buffer{};
+  return ::strerror_r(error, buffer.data(), buffer.size());
+}
+
 std::string read_whole_file(const std::string& key, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read " + key + " " + path + ": " + std::strerror(errno));
+  if (!in) fail("cannot read " + key + " " + path + ": " + error_text(errno));
   std::ostringstream content;
   content << in.rdbuf();
   if (!in.good() && !in.eof()) fail("cannot read " + key + " " + path);

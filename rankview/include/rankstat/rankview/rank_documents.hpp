@@ -26,9 +26,9 @@ namespace rankstat::rankview {
 
 // What a reader knows of one segment generation for its summary.
 struct RankFacts {
-  std::string id;                      // the segment name without its prefix
-  const shm::SegmentHeader* identity;  // group A as copied at open
-  shm::ProducerState producer;         // as just read
+  std::string id;                                // the segment name without its prefix
+  const shm::SegmentHeader* identity = nullptr;  // group A as copied at open
+  shm::ProducerState producer;                   // as just read
   shm::RankState state = shm::RankState::kLive;
   double records_per_second = 0;
   std::optional<std::uint64_t> records_drained;  // nullopt: the reader drains nothing
@@ -40,7 +40,7 @@ struct RankFacts {
 
 // The newest scheduler snapshot a reader holds, after SGLang's report-kind rule.
 struct SchedulerSample {
-  const shm::SchedulerSnapshot* fixed;
+  const shm::SchedulerSnapshot* fixed = nullptr;
   std::span<const shm::PriorityCount> priorities;
   std::uint64_t sequence = 0;
   std::uint64_t timestamp_ns = 0;

@@ -461,7 +461,7 @@ class CumulativeReader {
   // Copies and validates descriptor `index` (< published_series()), its texts and bounds.
   std::optional<SeriesInfo> read_descriptor(std::uint32_t index) const {
     if (index >= geometry_.series_capacity) return std::nullopt;
-    SeriesDescriptor d;
+    SeriesDescriptor d{};
     std::memcpy(&d, &region_.descriptors[index], sizeof d);
     SeriesInfo info;
     if (d.kind < 1 || d.kind > kSeriesKindMax || d.gauge_mode >= kGaugeModeCount ||

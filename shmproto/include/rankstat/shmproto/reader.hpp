@@ -135,7 +135,7 @@ inline RejectReason validate_header(const SegmentHeader& h, std::uint64_t file_b
 // The cumulative block's own geometry, validated against the bytes the header gives it.
 inline bool read_cumulative_geometry(const std::uint8_t* block, std::uint64_t block_bytes,
                                      CumulativeGeometry& out) {
-  CumulativeHeader header;
+  CumulativeHeader header{};
   std::memcpy(&header, block, sizeof header);
   out = CumulativeGeometry{header.series_capacity, header.bounds_capacity, header.values_capacity,
                            header.text_capacity};

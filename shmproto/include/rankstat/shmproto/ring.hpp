@@ -197,7 +197,7 @@ class RingReader {
     while (head < tail && stats.bytes < max_bytes) {
       const std::uint64_t index = head & mask_;
       const std::uint64_t to_end = ring_bytes_ - index;
-      RecordHeader record;
+      RecordHeader record{};
       std::memcpy(&record, ring_ + index, sizeof record);
       const std::uint64_t available = tail - head;
       if (record.length < sizeof(RecordHeader) || record.length > to_end ||
@@ -244,7 +244,7 @@ class RingReader {
   std::uint64_t head_ = 0;
   bool have_sequence_ = false;
   std::uint64_t next_sequence_ = 0;
-  alignas(8) std::uint8_t scratch_[kMaxRecordBytes];
+  alignas(8) std::uint8_t scratch_[kMaxRecordBytes]{};
 };
 
 // Copies `bytes` out of the ring with acquire loads of whole 8-byte words. `source` must be 8-byte
@@ -292,7 +292,7 @@ inline std::int64_t peek_latest_record(const SegmentHeader* header, const std::u
   const std::uint64_t tail = shared(mutable_header.tail).load(std::memory_order_relaxed);
   // A write in flight covers at most [tail, tail + 2 * largest slot) (a padding header, then the record at
   // the start of the ring); it reaches `position` again only once that span passes position + ring_bytes.
-  constexpr std::uint64_t kInFlightBytes = 2 * (kMaxRecordBytes + kRecordAlignment);
+  constexpr std::uint64_t kInFlightBytes = std::uint64_t{2} * (kMaxRecordBytes + kRecordAlignment);
   if (tail < position || tail - position + kInFlightBytes > ring_bytes) return -1;
   return payload_bytes;
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -94,7 +95,7 @@ struct SegmentIdentity {
 };
 
 struct SegmentGeometry {
-  std::uint64_t ring_bytes = 512 * 1024;
+  std::uint64_t ring_bytes = std::uint64_t{512} * 1024;
   std::uint32_t max_record_bytes = kSchedulerRecordMaxBytes;
   std::uint32_t series_capacity = 512;
   std::uint32_t bounds_capacity = 4096;
@@ -201,8 +202,19 @@ inline std::optional<std::string> identity_label_problem(const SegmentIdentity& 
   return std::nullopt;
 }
 
+// The two strerror_r flavours: GNU returns the text (maybe not in the buffer), XSI fills the buffer.
+inline std::string strerror_r_text(const char* gnu_text, const char* /*buffer*/, int /*error*/) {
+  return gnu_text;
+}
+inline std::string strerror_r_text(int xsi_result, const char* buffer, int error) {
+  return xsi_result == 0 ? std::string(buffer) : "errno " + std::to_string(error);
+}
+
+// strerror's text without its shared buffer: strerror is not thread-safe, and engines and the daemon
+// run threads.
 inline std::string errno_text(int error) {
-  return std::string(std::strerror(error));
+  std::array<char, 256> buffer{};
+  return strerror_r_text(::strerror_r(error, buffer.data(), buffer.size()), buffer.data(), error);
 }
 
 // "uid N (name)", or "uid N" when the user has no passwd entry.
