@@ -73,25 +73,25 @@ std::string_view take_until(std::string_view& rest, char separator) {
   return head;
 }
 
-enum class QValue { zero, positive, malformed };
+enum class QValue { kZero, kPositive, kMalformed };
 
 // qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] ); extra fraction digits are tolerated
 // because some clients send them.
 QValue parse_qvalue(std::string_view text) {
-  if (text.empty() || (text.front() != '0' && text.front() != '1')) return QValue::malformed;
+  if (text.empty() || (text.front() != '0' && text.front() != '1')) return QValue::kMalformed;
   const bool leading_one = text.front() == '1';
   std::string_view fraction = text.substr(1);
   if (!fraction.empty()) {
-    if (fraction.front() != '.') return QValue::malformed;
+    if (fraction.front() != '.') return QValue::kMalformed;
     fraction.remove_prefix(1);
   }
   bool nonzero_fraction = false;
   for (const char digit : fraction) {
-    if (digit < '0' || digit > '9') return QValue::malformed;
+    if (digit < '0' || digit > '9') return QValue::kMalformed;
     nonzero_fraction = nonzero_fraction || digit != '0';
   }
-  if (leading_one) return nonzero_fraction ? QValue::malformed : QValue::positive;
-  return nonzero_fraction ? QValue::positive : QValue::zero;
+  if (leading_one) return nonzero_fraction ? QValue::kMalformed : QValue::kPositive;
+  return nonzero_fraction ? QValue::kPositive : QValue::kZero;
 }
 
 }  // namespace
@@ -112,8 +112,8 @@ bool accepts_gzip(std::string_view accept_encoding) {
       const std::string_view name = trim_optional_whitespace(take_until(value, '='));
       if (!equals_ignoring_case(name, "q")) continue;
       const QValue q = parse_qvalue(trim_optional_whitespace(value));
-      malformed = q == QValue::malformed;
-      acceptable = q == QValue::positive;
+      malformed = q == QValue::kMalformed;
+      acceptable = q == QValue::kPositive;
     }
     if (malformed) continue;
 
@@ -508,19 +508,19 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // nullopt while handling or writing a response, which is never interrupted.
   std::optional<int> eviction_rank() const override {
     switch (phase_) {
-      case Phase::lingering:
+      case Phase::kLingering:
         return 0;
-      case Phase::awaiting_request:
+      case Phase::kAwaitingRequest:
         // A connection whose first request has not arrived yet is a newcomer, not an idle client: it
         // ranks with the header readers (oldest first), so a flood of newcomers cannot evict a scraper
         // that has just connected.
         return first_request_ ? 2 : 1;
-      case Phase::reading_header:
+      case Phase::kReadingHeader:
         return 2;
-      case Phase::reading_body:
+      case Phase::kReadingBody:
         return 3;
-      case Phase::handling:
-      case Phase::writing:
+      case Phase::kHandling:
+      case Phase::kWriting:
         return std::nullopt;
     }
     return std::nullopt;
@@ -539,7 +539,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void on_server_stop() override {
     // Only connections waiting for a new request are closed; the others finish their exchange and
     // then close because the response carries "Connection: close".
-    if (phase_ == Phase::awaiting_request) lowest().close();
+    if (phase_ == Phase::kAwaitingRequest) lowest().close();
   }
 
   void force_close() override { lowest().close(); }
@@ -568,7 +568,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     await_request();
   }
 
-  enum class Phase { awaiting_request, reading_header, reading_body, handling, writing, lingering };
+  enum class Phase { kAwaitingRequest, kReadingHeader, kReadingBody, kHandling, kWriting, kLingering };
 
   std::chrono::steady_clock::time_point header_deadline(std::chrono::steady_clock::time_point started) const {
     const ServerOptions& options = server_->options();
@@ -589,7 +589,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       read_request();
       return;
     }
-    phase_ = Phase::awaiting_request;
+    phase_ = Phase::kAwaitingRequest;
     if (!first_request_) {
       phase_since_ = std::chrono::steady_clock::now();
       lowest().expires_after(server_->options().idle_keepalive_timeout);
@@ -618,7 +618,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     first_request_ = false;
     request_deadline_ = started + server_->options().read_timeout;
     lowest().expires_at(header_deadline(started));
-    phase_ = Phase::reading_header;
+    phase_ = Phase::kReadingHeader;
     phase_since_ = started;
     parser_.emplace();
     parser_->header_limit(server_->options().max_header_bytes);
@@ -641,7 +641,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       on_request(ec);
       return;
     }
-    phase_ = Phase::reading_body;
+    phase_ = Phase::kReadingBody;
     phase_since_ = std::chrono::steady_clock::now();
     lowest().expires_at(request_deadline_);
     bhttp::async_read(
@@ -683,7 +683,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     }
     parser_.reset();  // the request is copied out; free its memory before the handler runs
 
-    phase_ = Phase::handling;
+    phase_ = Phase::kHandling;
     Response response = call_handler(request);
     try {
       // The handler may have called stop(); the connection must then close after this response.
@@ -799,7 +799,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
   void send() {
-    phase_ = Phase::writing;
+    phase_ = Phase::kWriting;
     lowest().expires_after(server_->options().write_timeout);
     bhttp::async_write(stream_, response_,
                        [self = this->shared_from_this()](
@@ -826,7 +826,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   // Half-closes, then discards input until the peer closes or a short deadline passes.
   void linger_then_close() {
-    phase_ = Phase::lingering;
+    phase_ = Phase::kLingering;
     error_code ignored;
     lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
     lowest().expires_after(
@@ -858,7 +858,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   bhttp::response<bhttp::span_body<const char>> response_;
   std::string owned_body_;
   std::shared_ptr<const std::string> shared_body_;
-  Phase phase_ = Phase::awaiting_request;
+  Phase phase_ = Phase::kAwaitingRequest;
   std::chrono::steady_clock::time_point phase_since_;
   std::chrono::steady_clock::time_point request_deadline_;
   bool first_request_ = true;
