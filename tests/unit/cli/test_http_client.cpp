@@ -170,3 +170,22 @@ TEST_CASE("the HTTP client refuses an answer that is not HTTP") {
   CHECK(reply.failure == HttpFailure::kProtocol);
   CHECK_FALSE(reply.error.empty());
 }
+
+TEST_CASE("the HTTP client sends extra header fields and returns the answer's fields by lower-case name") {
+  OneShotServer server;
+  server.serve("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nX-Thing: a b\r\nContent-Length: 2\r\n\r\nzz");
+  const auto reply = http_get(server.endpoint(), "/metrics", 5s, {}, {{"Accept-Encoding", "gzip"}});
+  CHECK(reply.status == 200);
+  CHECK(reply.headers.at("content-encoding") == "gzip");
+  CHECK(reply.headers.at("x-thing") == "a b");
+  CHECK(reply.body == "zz");  // returned as sent: no decoding
+  CHECK(server.request().find("\r\nAccept-Encoding: gzip\r\n") != std::string::npos);
+}
+
+TEST_CASE("the HTTP client reports an answer cut short of its Content-Length") {
+  OneShotServer server;
+  server.serve("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this");
+  const auto reply = http_get(server.endpoint(), "/", 5s);
+  CHECK(reply.failure == HttpFailure::kProtocol);
+  CHECK(reply.error.find("cut short") != std::string::npos);
+}
