@@ -129,11 +129,13 @@ class Exchange {
   }
 
  private:
-  static void spawn(asio::io_context& io, asio::awaitable<void> work) {
+  // Runs `work` to the end; every handler has run when it returns, and nothing of `io` is left.
+  void spawn(asio::io_context& io, asio::awaitable<void> work) {
     asio::co_spawn(io, std::move(work), [](const std::exception_ptr& e) {
       if (e) std::rethrow_exception(e);
     });
     io.run();
+    resolver_.reset();  // before `io`, whose service it uses
   }
 
   HttpReply fail(HttpFailure failure, std::string error) {
@@ -152,7 +154,8 @@ class Exchange {
       std::chrono::steady_clock::time_point deadline) {
     auto executor = co_await asio::this_coro::executor;
     resolver_.emplace(executor);
-    // The handler may run after this coroutine moved on: it touches only members, which outlive io.run().
+    // The handler may run after this coroutine moved on: it touches only members, which outlive io.run()
+    // (spawn() drops the resolver only after that).
     asio::steady_timer timer(executor, deadline);
     timer.async_wait([this](const error_code& ec) {
       if (ec || !resolving_) return;
