@@ -111,7 +111,7 @@ class Exchange {
       : endpoint_(endpoint), target_(target), security_(security), headers_(headers) {}
 
   HttpReply run(std::chrono::milliseconds timeout) {
-    asio::io_context io;
+    asio::io_context& io = io_;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     if (!endpoint_.tls) {
       beast::tcp_stream stream(io);
@@ -129,13 +129,12 @@ class Exchange {
   }
 
  private:
-  // Runs `work` to the end; every handler has run when it returns, and nothing of `io` is left.
-  void spawn(asio::io_context& io, asio::awaitable<void> work) {
+  // Runs `work` to the end: every handler has run when it returns.
+  static void spawn(asio::io_context& io, asio::awaitable<void> work) {
     asio::co_spawn(io, std::move(work), [](const std::exception_ptr& e) {
       if (e) std::rethrow_exception(e);
     });
     io.run();
-    resolver_.reset();  // before `io`, whose service it uses
   }
 
   HttpReply fail(HttpFailure failure, std::string error) {
@@ -154,8 +153,7 @@ class Exchange {
       std::chrono::steady_clock::time_point deadline) {
     auto executor = co_await asio::this_coro::executor;
     resolver_.emplace(executor);
-    // The handler may run after this coroutine moved on: it touches only members, which outlive io.run()
-    // (spawn() drops the resolver only after that).
+    // The handler may run after this coroutine moved on: it touches only members, which outlive io.run().
     asio::steady_timer timer(executor, deadline);
     timer.async_wait([this](const error_code& ec) {
       if (ec || !resolving_) return;
@@ -273,6 +271,7 @@ class Exchange {
   const ClientSecurity& security_;
   const HttpHeaders& headers_;
   HttpReply reply_;
+  asio::io_context io_;  // declared before resolver_, so it outlives it (also when io.run() throws)
   std::optional<tcp::resolver> resolver_;
   bool resolving_ = false;
   bool resolve_timed_out_ = false;
