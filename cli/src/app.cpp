@@ -13,6 +13,7 @@
 #include "address.hpp"
 #include "format.hpp"
 #include "rank_lookup.hpp"
+#include "rankstat/flags/duration.hpp"
 #include "render.hpp"
 #include "source.hpp"
 #include "top.hpp"
@@ -20,31 +21,16 @@
 namespace rankstat::cli {
 namespace {
 
-// "250ms", "1.5s", "2m", "1h"; a bare number is seconds (as in top -d and watch -n).
-std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double number = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !(number >= 0) || number > 1e9) return std::nullopt;
-  const std::string unit(end);
-  double ms = 0;
-  if (unit == "ms") {
-    ms = number;
-  } else if (unit.empty() || unit == "s") {
-    ms = number * 1e3;
-  } else if (unit == "m") {
-    ms = number * 60e3;
-  } else if (unit == "h") {
-    ms = number * 3600e3;
-  } else {
-    return std::nullopt;
-  }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
+// The shared flag grammar (rankstat/flags/duration.hpp); a bare number is seconds, as in top -d and
+// watch -n. Every CLI duration must be positive.
+std::chrono::milliseconds parse_duration(const std::string& text) {
+  return flags::parse_duration(text, flags::BareNumber::seconds).value.value_or(std::chrono::milliseconds(0));
 }
 
 std::string check_duration(const std::string& text) {
-  const auto d = parse_duration(text);
-  if (!d || d->count() <= 0) return "'" + text + "' is not a duration (e.g. 500ms, 2s, 1m)";
+  const flags::DurationParse parsed = flags::parse_duration(text, flags::BareNumber::seconds);
+  if (!parsed.value) return parsed.error;
+  if (parsed.value->count() <= 0) return "'" + text + "' is not a positive duration (e.g. 500ms, 2s, 1m)";
   return {};
 }
 
@@ -106,7 +92,7 @@ std::unique_ptr<RankSource> make_source(const Options& o) {
   if (o.direct) {
     DirectOptions d;
     d.shm_dir = o.shm_dir.empty() ? "/dev/shm" : o.shm_dir;
-    d.stall_after = *parse_duration(o.stall_after);
+    d.stall_after = parse_duration(o.stall_after);
     for (const std::string& owner : o.allowed_uids) {
       if (owner.empty()) continue;
       if (owner.find_first_not_of("0123456789") == std::string::npos && owner.size() <= 10) {
@@ -125,7 +111,7 @@ std::unique_ptr<RankSource> make_source(const Options& o) {
   if (!endpoint) throw CLI::ValidationError("--address", error);
   DaemonOptions d;
   d.endpoint = *endpoint;
-  d.timeout = *parse_duration(o.timeout);
+  d.timeout = parse_duration(o.timeout);
   d.security = o.security;
   if (!o.security.username.empty()) d.security.password = read_password(o.password_file);
   return make_daemon_source(d);
@@ -186,7 +172,7 @@ int command_show(RankSource& source, const Options& o) {
 
 int command_top(RankSource& source, const Options& o) {
   TopOptions t;
-  t.interval = *parse_duration(o.interval);
+  t.interval = parse_duration(o.interval);
   t.iterations = o.iterations;
   t.sort = *sort_key_from_name(o.sort);
   t.reverse = o.reverse;

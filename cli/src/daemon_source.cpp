@@ -56,7 +56,8 @@ class DaemonSource final : public RankSource {
  private:
   // The JSON object at `target`; nullopt on 404.
   std::optional<boost::json::object> get(const std::string& target) {
-    const HttpReply reply = http_get(options_.endpoint, target, options_.timeout, options_.security);
+    const HttpReply reply = http_get(options_.endpoint, target, options_.timeout, options_.security,
+                                     {{"Accept", "application/json"}});
     if (reply.failure == HttpFailure::kUnreachable) {
       throw SourceUnavailable(
           "rankstatd is not reachable: " + reply.error +

@@ -1,56 +1,43 @@
 #include "http_client.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <cctype>
-#include <cerrno>
 #include <cstring>
-#include <memory>
-#include <string_view>
+#include <exception>
+#include <optional>
+#include <type_traits>
 
 namespace rankstat::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
 
-// Owns a socket descriptor.
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {}
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
-}
-
-// Waits until `fd` is ready for `events`; false on timeout or error.
-bool wait_ready(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc > 0) return true;
-    if (rc == 0) return false;
-    if (errno != EINTR) return false;
-  }
-}
+constexpr std::uint64_t kMaxBody = std::uint64_t{256} << 20;
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -58,352 +45,243 @@ std::string lower(std::string_view text) {
   return out;
 }
 
-std::string trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t\r");
-  return std::string(text.substr(first, last - first + 1));
-}
-
-// Connects to the first address of `endpoint` that accepts within the deadline.
-int connect_to(const Endpoint& endpoint, Clock::time_point deadline, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* results = nullptr;
-  const int gai = ::getaddrinfo(endpoint.host.c_str(), endpoint.port.c_str(), &hints, &results);
-  if (gai != 0) {
-    error = "cannot resolve " + endpoint.host + ": " + ::gai_strerror(gai);
-    return -1;
-  }
-  int connected = -1;
-  error = "cannot connect to " + endpoint.display();
-  for (addrinfo* ai = results; ai != nullptr && connected < 0; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      int so_error = ETIMEDOUT;
-      socklen_t length = sizeof so_error;
-      if (wait_ready(fd, POLLOUT, deadline) &&
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &length) == 0) {
-        rc = so_error == 0 ? 0 : -1;
-        errno = so_error;
-      } else {
-        rc = -1;
-        errno = ETIMEDOUT;
-      }
-    }
-    if (rc == 0) {
-      connected = fd;
-    } else {
-      error = "cannot connect to " + endpoint.display() + ": " + std::strerror(errno);
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(results);
-  return connected;
-}
-
-// Decodes a chunked body; false if it is malformed or incomplete.
-bool decode_chunked(std::string_view raw, std::string& out) {
-  std::size_t pos = 0;
-  for (;;) {
-    const auto eol = raw.find("\r\n", pos);
-    if (eol == std::string_view::npos) return false;
-    std::size_t size = 0;
-    std::size_t digits = 0;
-    for (std::size_t i = pos; i < eol && std::isxdigit(static_cast<unsigned char>(raw[i])); ++i, ++digits) {
-      const char c = raw[i];
-      const std::size_t nibble =
-          c <= '9' ? static_cast<std::size_t>(c - '0') : static_cast<std::size_t>(std::tolower(c) - 'a' + 10);
-      if (size > (std::size_t{1} << 40)) return false;
-      size = size * 16 + nibble;
-    }
-    if (digits == 0) return false;
-    if (size == 0) return true;
-    const std::size_t data = eol + 2;
-    if (raw.size() < data + size + 2) return false;
-    out.append(raw.substr(data, size));
-    pos = data + size + 2;
-  }
-}
-
 std::string base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (std::size_t i = 0; i < bytes.size(); i += 3) {
-    std::uint32_t group = static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (i + 1 < bytes.size())
-      group |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) group |= static_cast<unsigned char>(bytes[i + 2]);
-    out += kAlphabet[(group >> 18) & 63];
-    out += kAlphabet[(group >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(group >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[group & 63] : '=';
-  }
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  const int length =
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(length));
   return out;
 }
 
-std::string openssl_errors() {
-  std::string text;
-  while (const unsigned long code = ERR_get_error()) {
-    char buffer[256];
-    ERR_error_string_n(code, buffer, sizeof buffer);
-    text += text.empty() ? "" : "; ";
-    text += buffer;
+// The TLS client context for `security`; nullopt with `error` set when a file cannot be used.
+std::optional<asio::ssl::context> tls_context(const ClientSecurity& security, std::string& error) {
+  asio::ssl::context context(asio::ssl::context::tls_client);
+  SSL_CTX* native = context.native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  // The server may close without close_notify once the response is complete (Content-Length tells).
+  SSL_CTX_set_options(native, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  error_code ec;
+  context.set_verify_mode(asio::ssl::verify_peer, ec);
+  if (security.ca_file.empty()) {
+    context.set_default_verify_paths(ec);
+    if (ec) error = "cannot read the system's CA certificates: " + ec.message();
+  } else {
+    context.load_verify_file(security.ca_file, ec);
+    if (ec) error = "cannot read the CA file " + security.ca_file + ": " + ec.message();
   }
-  return text.empty() ? "unknown TLS error" : text;
+  if (ec) return std::nullopt;
+  if (!security.cert_file.empty()) {
+    const std::string& key = security.key_file.empty() ? security.cert_file : security.key_file;
+    context.use_certificate_chain_file(security.cert_file, ec);
+    if (ec) {
+      error = "cannot read the client certificate " + security.cert_file + ": " + ec.message();
+      return std::nullopt;
+    }
+    context.use_private_key_file(key, asio::ssl::context::pem, ec);
+    if (ec || SSL_CTX_check_private_key(native) != 1) {
+      error = "cannot use the client key " + key +
+              (ec ? ": " + ec.message() : ": it does not match the certificate");
+      return std::nullopt;
+    }
+  }
+  return context;
 }
 
-enum class IoStatus { kOk, kClosed, kTimeout, kFailed };
+// The daemon's certificate must name what we connect to: an IP address as an IP SAN, a host name as a
+// DNS SAN (then also sent as SNI).
+void expect_server_name(SSL* ssl, const std::string& name) {
+  unsigned char address[16];
+  const bool is_ip =
+      ::inet_pton(AF_INET, name.c_str(), address) == 1 || ::inet_pton(AF_INET6, name.c_str(), address) == 1;
+  if (is_ip) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+  } else {
+    // SSL_set_tlsext_host_name without its C cast.
+    SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(name.c_str()));
+    SSL_set1_host(ssl, name.c_str());
+  }
+}
 
-// A connected socket, plain or with a TLS session on top; both sides wait with poll() under one deadline.
-class Connection {
+// One GET: connect, (handshake), write, read, each step's failure turned into the reply's words.
+class Exchange {
  public:
-  explicit Connection(int fd) : socket_(fd) {}
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-  ~Connection() {
-    if (ssl_ != nullptr) SSL_free(ssl_);
-    if (context_ != nullptr) SSL_CTX_free(context_);
-  }
+  Exchange(const Endpoint& endpoint, const std::string& target, const ClientSecurity& security,
+           const HttpHeaders& headers)
+      : endpoint_(endpoint), target_(target), security_(security), headers_(headers) {}
 
-  // Handshakes as a TLS client; false with `error` set when the daemon or its certificate is refused or
-  // ours is.
-  bool start_tls(const Endpoint& endpoint, const ClientSecurity& security, Clock::time_point deadline,
-                 std::string& error) {
-    context_ = SSL_CTX_new(TLS_client_method());
-    if (context_ == nullptr) return tls_failure("cannot create a TLS context", error);
-    SSL_CTX_set_min_proto_version(context_, TLS1_2_VERSION);
-    // The server may close without close_notify once the response is complete (Content-Length tells).
-    SSL_CTX_set_options(context_, SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_verify(context_, SSL_VERIFY_PEER, nullptr);
-    const int trusted = security.ca_file.empty()
-                            ? SSL_CTX_set_default_verify_paths(context_)
-                            : SSL_CTX_load_verify_locations(context_, security.ca_file.c_str(), nullptr);
-    if (trusted != 1) return tls_failure("cannot read the CA file " + security.ca_file, error);
-    if (!security.cert_file.empty()) {
-      const std::string& key = security.key_file.empty() ? security.cert_file : security.key_file;
-      if (SSL_CTX_use_certificate_chain_file(context_, security.cert_file.c_str()) != 1) {
-        return tls_failure("cannot read the client certificate " + security.cert_file, error);
-      }
-      if (SSL_CTX_use_PrivateKey_file(context_, key.c_str(), SSL_FILETYPE_PEM) != 1 ||
-          SSL_CTX_check_private_key(context_) != 1) {
-        return tls_failure("cannot use the client key " + key, error);
-      }
+  HttpReply run(std::chrono::milliseconds timeout) {
+    asio::io_context& io = io_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (!endpoint_.tls) {
+      beast::tcp_stream stream(io);
+      spawn(io, talk(stream, stream, nullptr, deadline));
+      return std::move(reply_);
     }
-    ssl_ = SSL_new(context_);
-    if (ssl_ == nullptr || SSL_set_fd(ssl_, socket_.fd()) != 1) return tls_failure("cannot start TLS", error);
-    // The daemon's certificate must name what we connect to: an IP address as an IP SAN, a host name as
-    // a DNS SAN (then also sent as SNI).
-    const std::string& name = security.server_name.empty() ? endpoint.host : security.server_name;
-    unsigned char address[16];
-    const bool is_ip =
-        ::inet_pton(AF_INET, name.c_str(), address) == 1 || ::inet_pton(AF_INET6, name.c_str(), address) == 1;
-    X509_VERIFY_PARAM* verify = SSL_get0_param(ssl_);
-    if (is_ip) {
-      X509_VERIFY_PARAM_set1_ip_asc(verify, name.c_str());
-    } else {
-      // SSL_set_tlsext_host_name without its C cast.
-      SSL_ctrl(ssl_, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
-               const_cast<char*>(name.c_str()));
-      SSL_set1_host(ssl_, name.c_str());
-    }
-    for (;;) {
-      const int rc = SSL_connect(ssl_);
-      if (rc == 1) return true;
-      const IoStatus status = wait_for_ssl(rc, deadline);
-      if (status == IoStatus::kOk) continue;
-      if (status == IoStatus::kTimeout) {
-        error = "timed out in the TLS handshake with " + endpoint.display();
-        return false;
-      }
-      const long verdict = SSL_get_verify_result(ssl_);
-      const std::string reason =
-          verdict != X509_V_OK ? std::string(X509_verify_cert_error_string(verdict)) : openssl_errors();
-      error = "TLS handshake with " + endpoint.display() + " failed: " + reason;
-      return false;
-    }
-  }
-
-  IoStatus send_all(std::string_view data, Clock::time_point deadline) {
-    std::size_t sent = 0;
-    while (sent < data.size()) {
-      if (ssl_ != nullptr) {
-        const int n = SSL_write(ssl_, data.data() + sent, static_cast<int>(data.size() - sent));
-        if (n > 0) {
-          sent += static_cast<std::size_t>(n);
-          continue;
-        }
-        if (const IoStatus status = wait_for_ssl(n, deadline); status != IoStatus::kOk) return status;
-        continue;
-      }
-      if (!wait_ready(socket_.fd(), POLLOUT, deadline)) return IoStatus::kTimeout;
-      const ssize_t n = ::send(socket_.fd(), data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) return IoStatus::kFailed;
-      if (n > 0) sent += static_cast<std::size_t>(n);
-    }
-    return IoStatus::kOk;
-  }
-
-  // Appends what arrives to `out`; kClosed at the end of the stream.
-  IoStatus receive(std::string& out, Clock::time_point deadline) {
-    char buffer[16384];
-    for (;;) {
-      if (ssl_ != nullptr) {
-        const int n = SSL_read(ssl_, buffer, sizeof buffer);
-        if (n > 0) {
-          out.append(buffer, static_cast<std::size_t>(n));
-          return IoStatus::kOk;
-        }
-        if (SSL_get_error(ssl_, n) == SSL_ERROR_ZERO_RETURN) return IoStatus::kClosed;
-        if (const IoStatus status = wait_for_ssl(n, deadline); status != IoStatus::kOk) return status;
-        continue;
-      }
-      if (!wait_ready(socket_.fd(), POLLIN, deadline)) return IoStatus::kTimeout;
-      const ssize_t n = ::recv(socket_.fd(), buffer, sizeof buffer, 0);
-      if (n == 0) return IoStatus::kClosed;
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EINTR) continue;
-        return IoStatus::kFailed;
-      }
-      out.append(buffer, static_cast<std::size_t>(n));
-      return IoStatus::kOk;
-    }
+    std::string error;
+    std::optional<asio::ssl::context> context = tls_context(security_, error);
+    if (!context) return fail(HttpFailure::kTls, error);
+    beast::ssl_stream<beast::tcp_stream> stream(io, *context);
+    expect_server_name(stream.native_handle(),
+                       security_.server_name.empty() ? endpoint_.host : security_.server_name);
+    spawn(io, talk(stream, beast::get_lowest_layer(stream), stream.native_handle(), deadline));
+    return std::move(reply_);
   }
 
  private:
-  // After an SSL call returned `rc`: waits for what it needs; kFailed when it failed for good.
-  IoStatus wait_for_ssl(int rc, Clock::time_point deadline) {
-    switch (SSL_get_error(ssl_, rc)) {
-      case SSL_ERROR_WANT_READ:
-        return wait_ready(socket_.fd(), POLLIN, deadline) ? IoStatus::kOk : IoStatus::kTimeout;
-      case SSL_ERROR_WANT_WRITE:
-        return wait_ready(socket_.fd(), POLLOUT, deadline) ? IoStatus::kOk : IoStatus::kTimeout;
-      case SSL_ERROR_ZERO_RETURN:
-        return IoStatus::kClosed;
-      default:
-        return IoStatus::kFailed;
+  // Runs `work` to the end: every handler has run when it returns.
+  static void spawn(asio::io_context& io, asio::awaitable<void> work) {
+    asio::co_spawn(io, std::move(work), [](const std::exception_ptr& e) {
+      if (e) std::rethrow_exception(e);
+    });
+    io.run();
+  }
+
+  HttpReply fail(HttpFailure failure, std::string error) {
+    reply_.failure = failure;
+    reply_.error = std::move(error);
+    return std::move(reply_);
+  }
+
+  void set_failure(HttpFailure failure, std::string error) {
+    reply_.failure = failure;
+    reply_.error = std::move(error);
+  }
+
+  // Resolves under the deadline (the resolver is cancelled when it passes).
+  asio::awaitable<std::optional<tcp::resolver::results_type>> resolve(
+      std::chrono::steady_clock::time_point deadline) {
+    auto executor = co_await asio::this_coro::executor;
+    resolver_.emplace(executor);
+    // The handler may run after this coroutine moved on: it touches only members, which outlive io.run().
+    asio::steady_timer timer(executor, deadline);
+    timer.async_wait([this](const error_code& ec) {
+      if (ec || !resolving_) return;
+      resolve_timed_out_ = true;
+      resolver_->cancel();
+    });
+    error_code ec;
+    resolving_ = true;
+    auto results = co_await resolver_->async_resolve(endpoint_.host, endpoint_.port,
+                                                     asio::redirect_error(asio::use_awaitable, ec));
+    resolving_ = false;
+    timer.cancel();
+    if (resolve_timed_out_) {
+      set_failure(HttpFailure::kUnreachable, "cannot resolve " + endpoint_.host + ": timed out");
+      co_return std::nullopt;
     }
+    if (ec) {
+      set_failure(HttpFailure::kUnreachable, "cannot resolve " + endpoint_.host + ": " + ec.message());
+      co_return std::nullopt;
+    }
+    co_return results;
   }
 
-  bool tls_failure(const std::string& what, std::string& error) {
-    error = what + ": " + openssl_errors();
-    return false;
+  // `stream` is what HTTP goes over (the TLS stream or the TCP one), `transport` the TCP stream under it;
+  // `ssl` is the TLS session or nullptr.
+  template <class Stream>
+  asio::awaitable<void> talk(Stream& stream, beast::tcp_stream& transport, SSL* ssl,
+                             std::chrono::steady_clock::time_point deadline) {
+    const std::string where = endpoint_.display();
+    const auto results = co_await resolve(deadline);
+    if (!results) co_return;
+    // Connect, handshake, write and read all run under the one deadline.
+    transport.expires_at(deadline);
+    error_code ec;
+    co_await transport.async_connect(*results, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      const std::string reason = ec == beast::error::timeout ? std::strerror(ETIMEDOUT) : ec.message();
+      set_failure(HttpFailure::kUnreachable, "cannot connect to " + where + ": " + reason);
+      co_return;
+    }
+    if (ssl != nullptr) {
+      if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
+        co_await stream.async_handshake(asio::ssl::stream_base::client,
+                                        asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if (ec == beast::error::timeout) {
+        set_failure(HttpFailure::kTls, "timed out in the TLS handshake with " + where);
+        co_return;
+      }
+      if (ec) {
+        const long verdict = SSL_get_verify_result(ssl);
+        const std::string reason =
+            verdict != X509_V_OK ? X509_verify_cert_error_string(verdict) : ec.message();
+        set_failure(HttpFailure::kTls, "TLS handshake with " + where + " failed: " + reason);
+        co_return;
+      }
+    }
+
+    bhttp::request<bhttp::empty_body> request{bhttp::verb::get, target_, 11};
+    request.set(bhttp::field::host, where);
+    request.set(bhttp::field::user_agent, "rankstat/" RANKSTAT_VERSION);
+    request.set(bhttp::field::connection, "close");
+    if (!security_.username.empty()) {
+      std::string credentials = security_.username + ":" + security_.password;
+      request.set(bhttp::field::authorization, "Basic " + base64(credentials));
+      std::fill(credentials.begin(), credentials.end(), '\0');
+    }
+    for (const auto& [name, value] : headers_) request.set(name, value);
+    co_await bhttp::async_write(stream, request, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == beast::error::timeout) {
+      set_failure(HttpFailure::kTimeout, "timed out sending to " + where);
+      co_return;
+    }
+    if (ec) {
+      set_failure(ssl != nullptr ? HttpFailure::kTls : HttpFailure::kUnreachable,
+                  "cannot send to " + where + ": " + ec.message());
+      co_return;
+    }
+
+    beast::flat_buffer buffer;
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(kMaxBody);
+    co_await bhttp::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == beast::error::timeout) {
+      set_failure(HttpFailure::kTimeout, "timed out waiting for " + where + target_);
+    } else if (ec == bhttp::error::body_limit) {
+      set_failure(HttpFailure::kProtocol, "answer from " + where + " is larger than 256 MiB");
+    } else if (ec == bhttp::error::partial_message) {
+      set_failure(HttpFailure::kProtocol, "answer from " + where + " was cut short");
+    } else if (ec == bhttp::error::end_of_stream) {
+      set_failure(ssl != nullptr ? HttpFailure::kTls : HttpFailure::kProtocol,
+                  "connection to " + where + " failed: closed without an answer");
+    } else if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
+      set_failure(HttpFailure::kProtocol, where + " did not answer with HTTP/1.x");
+    } else if (ec) {
+      // A reset or a TLS alert (a refused client certificate arrives here with TLS 1.3).
+      set_failure(ssl != nullptr ? HttpFailure::kTls : HttpFailure::kUnreachable,
+                  "connection to " + where + " failed: " + ec.message());
+    } else if (parser.get().version() != 10 && parser.get().version() != 11) {
+      set_failure(HttpFailure::kProtocol, where + " did not answer with HTTP/1.x");
+    } else {
+      auto& response = parser.get();
+      reply_.status = static_cast<int>(response.result_int());
+      for (const auto& field : response)
+        reply_.headers[lower(field.name_string())] = std::string(field.value());
+      reply_.content_type = std::string(response[bhttp::field::content_type]);
+      reply_.body = std::move(response.body());
+    }
+    error_code ignored;
+    transport.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
 
-  Socket socket_;
-  SSL_CTX* context_ = nullptr;
-  SSL* ssl_ = nullptr;
+  const Endpoint& endpoint_;
+  const std::string& target_;
+  const ClientSecurity& security_;
+  const HttpHeaders& headers_;
+  HttpReply reply_;
+  asio::io_context io_;  // declared before resolver_, so it outlives it (also when io.run() throws)
+  std::optional<tcp::resolver> resolver_;
+  bool resolving_ = false;
+  bool resolve_timed_out_ = false;
 };
 
 }  // namespace
 
 HttpReply http_get(const Endpoint& endpoint, const std::string& target, std::chrono::milliseconds timeout,
-                   const ClientSecurity& security) {
-  HttpReply reply;
-  const auto deadline = Clock::now() + timeout;
-  const int fd = connect_to(endpoint, deadline, reply.error);
-  if (fd < 0) {
-    reply.failure = HttpFailure::kUnreachable;
-    return reply;
-  }
-  Connection connection(fd);
-  if (endpoint.tls && !connection.start_tls(endpoint, security, deadline, reply.error)) {
-    reply.failure = HttpFailure::kTls;
-    return reply;
-  }
-  std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + endpoint.display() +
-                        "\r\nUser-Agent: rankstat/" RANKSTAT_VERSION
-                        "\r\nAccept: application/json\r\nConnection: close\r\n";
-  if (!security.username.empty()) {
-    request += "Authorization: Basic " + base64(security.username + ":" + security.password) + "\r\n";
-  }
-  request += "\r\n";
-  const IoStatus sent = connection.send_all(request, deadline);
-  std::fill(request.begin(), request.end(), '\0');  // it may hold the password
-  if (sent == IoStatus::kTimeout) {
-    reply.failure = HttpFailure::kTimeout;
-    reply.error = "timed out sending to " + endpoint.display();
-    return reply;
-  }
-  if (sent != IoStatus::kOk) {
-    reply.failure = HttpFailure::kUnreachable;
-    reply.error = "cannot send to " + endpoint.display() + ": " + std::strerror(errno);
-    return reply;
-  }
-  std::string raw;
-  for (;;) {
-    const IoStatus status = connection.receive(raw, deadline);
-    if (status == IoStatus::kClosed) break;
-    if (status == IoStatus::kTimeout) {
-      reply.failure = HttpFailure::kTimeout;
-      reply.error = "timed out waiting for " + endpoint.display() + target;
-      return reply;
-    }
-    if (status == IoStatus::kFailed) {
-      // A reset after a complete answer is still an answer; otherwise the daemon went away.
-      if (!raw.empty()) break;
-      reply.failure = endpoint.tls ? HttpFailure::kTls : HttpFailure::kUnreachable;
-      reply.error = "connection to " + endpoint.display() + " failed" +
-                    (endpoint.tls ? ": " + openssl_errors() : ": " + std::string(std::strerror(errno)));
-      return reply;
-    }
-    if (raw.size() > (std::size_t{256} << 20)) {
-      reply.failure = HttpFailure::kProtocol;
-      reply.error = "answer from " + endpoint.display() + " is larger than 256 MiB";
-      return reply;
-    }
-  }
-  const auto header_end = raw.find("\r\n\r\n");
-  int major = 0;
-  int minor = 0;
-  int status = 0;
-  if (header_end == std::string::npos ||
-      std::sscanf(raw.c_str(), "HTTP/%d.%d %d", &major, &minor, &status) != 3 || major != 1) {
-    reply.failure = HttpFailure::kProtocol;
-    reply.error = endpoint.display() + " did not answer with HTTP/1.x";
-    return reply;
-  }
-  reply.status = status;
-  bool chunked = false;
-  std::size_t content_length = std::string::npos;
-  std::string_view head(raw.data(), header_end);
-  std::size_t line_start = head.find("\r\n");
-  while (line_start != std::string_view::npos && line_start < head.size()) {
-    line_start += 2;
-    auto line_end = head.find("\r\n", line_start);
-    if (line_end == std::string_view::npos) line_end = head.size();
-    const std::string_view line = head.substr(line_start, line_end - line_start);
-    const auto colon = line.find(':');
-    if (colon != std::string_view::npos) {
-      const std::string name = lower(line.substr(0, colon));
-      const std::string value = trim(line.substr(colon + 1));
-      if (name == "content-type") reply.content_type = value;
-      if (name == "transfer-encoding") chunked = lower(value).find("chunked") != std::string::npos;
-      if (name == "content-length")
-        content_length = static_cast<std::size_t>(std::strtoull(value.c_str(), nullptr, 10));
-    }
-    line_start = line_end;
-  }
-  const std::string_view body(raw.data() + header_end + 4, raw.size() - header_end - 4);
-  if (chunked) {
-    if (!decode_chunked(body, reply.body)) {
-      reply.failure = HttpFailure::kProtocol;
-      reply.error = "incomplete chunked answer from " + endpoint.display();
-    }
-  } else if (content_length != std::string::npos) {
-    if (body.size() < content_length) {
-      reply.failure = HttpFailure::kProtocol;
-      reply.error = "answer from " + endpoint.display() + " was cut short";
-    } else {
-      reply.body = std::string(body.substr(0, content_length));
-    }
-  } else {
-    reply.body = std::string(body);
-  }
-  return reply;
+                   const ClientSecurity& security, const HttpHeaders& headers) {
+  return Exchange(endpoint, target, security, headers).run(timeout);
 }
 
 }  // namespace rankstat::cli

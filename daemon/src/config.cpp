@@ -9,39 +9,15 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "aggregation.hpp"
 #include "gauge_integral.hpp"
+#include "rankstat/flags/duration.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/naming.hpp"
 
 namespace rankstat {
-
-std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  std::size_t used = 0;
-  double number = 0;
-  try {
-    number = std::stod(text, &used);
-  } catch (...) {
-    return std::nullopt;
-  }
-  if (number < 0) return std::nullopt;
-  const std::string unit = text.substr(used);
-  double ms = 0;
-  if (unit.empty() || unit == "ms") {
-    ms = number;
-  } else if (unit == "s") {
-    ms = number * 1e3;
-  } else if (unit == "m") {
-    ms = number * 60e3;
-  } else if (unit == "h") {
-    ms = number * 3600e3;
-  } else {
-    return std::nullopt;
-  }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(ms));
-}
 
 namespace {
 
@@ -272,23 +248,39 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d, const std::set<std:
       ->check(CLI::Range(1u, 1u << 20));
 }
 
+// A daemon flag's duration: the shared grammar, but a bare number other than 0 is refused (it meant
+// milliseconds before the grammar was shared; now it would mean seconds, so neither is guessed).
+std::optional<std::string> apply_duration(std::string_view flag, const std::string& text, bool zero_allowed,
+                                          std::chrono::milliseconds& out) {
+  const flags::DurationParse parsed = flags::parse_duration(text, flags::BareNumber::only_zero);
+  if (!parsed.value) return std::string(flag) + ": " + parsed.error;
+  if (parsed.value->count() == 0 && !zero_allowed)
+    return std::string(flag) + ": '" + text + "' is not a positive duration (write e.g. 5ms, 1s, 2m)";
+  out = *parsed.value;
+  return std::nullopt;
+}
+
 std::optional<std::string> apply_durations(Config& c, const DurationFlags& d) {
-  const std::pair<const std::string*, std::chrono::milliseconds*> items[] = {
-      {&d.poll, &c.poll_interval},        {&d.poll_max, &c.poll_interval_max},
-      {&d.scan, &c.scan_interval},        {&d.liveness, &c.liveness_interval},
-      {&d.stall, &c.stall_after},         {&d.dead_grace, &c.dead_grace},
-      {&d.read_timeout, &c.read_timeout}, {&d.header_timeout, &c.header_timeout}};
-  for (const auto& [text, out] : items) {
-    const auto value = parse_duration(*text);
-    if (!value || (value->count() == 0 && out != &c.dead_grace)) {
-      return "invalid duration '" + *text + "' (use e.g. 5ms, 1s, 2m)";
-    }
-    *out = *value;
+  struct Item {
+    std::string_view flag;
+    const std::string& text;
+    std::chrono::milliseconds& out;
+    bool zero_allowed;
+  };
+  const Item items[] = {
+      {"--shm.poll-interval", d.poll, c.poll_interval, false},
+      {"--shm.poll-interval-max", d.poll_max, c.poll_interval_max, false},
+      {"--shm.scan-interval", d.scan, c.scan_interval, false},
+      {"--liveness.interval", d.liveness, c.liveness_interval, false},
+      {"--liveness.stall-after", d.stall, c.stall_after, false},
+      {"--liveness.dead-grace", d.dead_grace, c.dead_grace, true},
+      {"--web.read-timeout", d.read_timeout, c.read_timeout, false},
+      {"--web.header-timeout", d.header_timeout, c.header_timeout, false},
+      {"--aggregate.peak-window", d.peak_window, c.peak_window, true},  // 0: no window gauges
+  };
+  for (const Item& item : items) {
+    if (auto error = apply_duration(item.flag, item.text, item.zero_allowed, item.out)) return error;
   }
-  const auto peak_window = parse_duration(d.peak_window);
-  if (!peak_window)
-    return "invalid duration '" + d.peak_window + "' for --aggregate.peak-window (use e.g. 15s)";
-  c.peak_window = *peak_window;
   if (c.integrate_default) {
     c.integrate_families = default_integrated_families();
   } else {

@@ -69,9 +69,6 @@ struct Config {
   bool probes_require_auth = false;
 };
 
-// Parses "250ms", "2s", "1m", "1h" (a bare number is milliseconds). nullopt on anything else.
-std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
-
 struct ConfigParse {
   std::optional<Config> config;  // empty when the program should exit (help, version or error)
   int exit_code = 0;

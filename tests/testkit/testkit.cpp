@@ -1,13 +1,11 @@
 #include "testkit.hpp"
 
-#include <arpa/inet.h>
+#include "http_client.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,114 +113,17 @@ std::optional<int> ChildProcess::wait_for(std::chrono::milliseconds timeout) {
   return status_;
 }
 
-namespace {
-
-bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  if (left.count() <= 0) return false;
-  pollfd p{fd, events, 0};
-  return ::poll(&p, 1, static_cast<int>(left.count())) == 1;
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-}  // namespace
-
+// The CLI's client (cli/src/http_client.cpp), so the tests scrape the way rankstat does. Tests that must
+// send malformed, partial or slow requests keep raw sockets (tests/unit/http/http_test_client.*,
+// tests/integration/faults/fault_support.*): no client library will write those bytes.
 std::optional<HttpResponse> http_get(const std::string& host, int port, const std::string& target,
                                      const std::map<std::string, std::string>& headers,
                                      std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return std::nullopt;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    ::close(fd);
-    return std::nullopt;
-  }
-  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  if (rc != 0 && errno != EINPROGRESS) {
-    ::close(fd);
-    return std::nullopt;
-  }
-  if (rc != 0) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (!wait_fd(fd, POLLOUT, deadline) || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
-        err != 0) {
-      ::close(fd);
-      return std::nullopt;
-    }
-  }
-  std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n";
-  for (const auto& [k, v] : headers) request += k + ": " + v + "\r\n";
-  request += "\r\n";
-  std::size_t sent = 0;
-  while (sent < request.size()) {
-    if (!wait_fd(fd, POLLOUT, deadline)) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0 && errno != EAGAIN) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (n > 0) sent += static_cast<std::size_t>(n);
-  }
-  std::string raw;
-  char buffer[65536];
-  for (;;) {
-    if (!wait_fd(fd, POLLIN, deadline)) {
-      ::close(fd);
-      return std::nullopt;
-    }
-    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      ::close(fd);
-      return std::nullopt;
-    }
-    raw.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  const auto header_end = raw.find("\r\n\r\n");
-  if (header_end == std::string::npos) return std::nullopt;
-  HttpResponse response;
-  std::istringstream head(raw.substr(0, header_end));
-  std::string line;
-  std::getline(head, line);
-  if (std::sscanf(line.c_str(), "HTTP/%*d.%*d %d", &response.status) != 1) return std::nullopt;
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string value = line.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(' '));
-    response.headers[lower(line.substr(0, colon))] = value;
-  }
-  response.body = raw.substr(header_end + 4);
-  if (lower(response.headers["transfer-encoding"]) == "chunked") {
-    std::string decoded;
-    std::size_t pos = 0;
-    while (pos < response.body.size()) {
-      const auto eol = response.body.find("\r\n", pos);
-      if (eol == std::string::npos) break;
-      const std::size_t size = std::stoul(response.body.substr(pos, eol - pos), nullptr, 16);
-      if (size == 0) break;
-      decoded += response.body.substr(eol + 2, size);
-      pos = eol + 2 + size + 2;
-    }
-    response.body = decoded;
-  }
-  return response;
+  const cli::Endpoint endpoint{host, std::to_string(port), false};
+  const cli::HttpReply reply =
+      cli::http_get(endpoint, target, timeout, {}, cli::HttpHeaders(headers.begin(), headers.end()));
+  if (reply.failure != cli::HttpFailure::kNone) return std::nullopt;
+  return HttpResponse{reply.status, reply.headers, reply.body};
 }
 
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {

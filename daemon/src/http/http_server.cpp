@@ -1,6 +1,7 @@
 #include "http/http_server.hpp"
 
 #include "http/gzip.hpp"
+#include "rankstat/flags/host_port.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
@@ -24,7 +25,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -132,46 +132,16 @@ bool accepts_gzip(std::string_view accept_encoding) {
 
 namespace {
 
-struct ListenSpec {
-  std::string host;  // empty: all interfaces
-  std::string port_text;
-  std::uint16_t port = 0;
-};
-
 std::runtime_error invalid_listen_address(const std::string& address, std::string_view reason) {
   return std::runtime_error("invalid listen address '" + address + "': " + std::string(reason));
 }
 
-ListenSpec parse_listen_address(const std::string& address) {
-  ListenSpec spec;
-  if (!address.empty() && address.front() == '[') {
-    const std::size_t closing = address.find(']');
-    if (closing == std::string::npos) throw invalid_listen_address(address, "missing ']'");
-    spec.host = address.substr(1, closing - 1);
-    if (spec.host.empty()) throw invalid_listen_address(address, "empty IPv6 address");
-    if (closing + 1 >= address.size() || address[closing + 1] != ':') {
-      throw invalid_listen_address(address, "expected ':port' after ']'");
-    }
-    spec.port_text = address.substr(closing + 2);
-  } else {
-    const std::size_t colon = address.rfind(':');
-    if (colon == std::string::npos) throw invalid_listen_address(address, "expected host:port or :port");
-    spec.host = address.substr(0, colon);
-    if (spec.host.find(':') != std::string::npos) {
-      throw invalid_listen_address(address, "IPv6 addresses must be bracketed, e.g. [::1]:9473");
-    }
-    spec.port_text = address.substr(colon + 1);
-  }
-
-  unsigned port_number = 0;
-  const char* const first = spec.port_text.data();
-  const char* const last = first + spec.port_text.size();
-  const auto [end, error] = std::from_chars(first, last, port_number);
-  if (spec.port_text.empty() || error != std::errc{} || end != last || port_number > 65535) {
-    throw invalid_listen_address(address, "port must be a number from 0 to 65535");
-  }
-  spec.port = static_cast<std::uint16_t>(port_number);
-  return spec;
+// The shared host:port grammar; an empty host means all interfaces, port 0 any free port.
+flags::HostPort parse_listen_address(const std::string& address) {
+  flags::HostPortParse parsed =
+      flags::parse_host_port(address, {.allow_scheme = false, .allow_port_zero = true});
+  if (!parsed.value) throw invalid_listen_address(address, parsed.error);
+  return *parsed.value;
 }
 
 void open_listener(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, bool dual_stack, error_code& ec) {
@@ -190,7 +160,7 @@ void open_listener(tcp::acceptor& acceptor, const tcp::endpoint& endpoint, bool 
 }
 
 void bind_listener(tcp::acceptor& acceptor, asio::io_context& io, const std::string& address) {
-  const ListenSpec spec = parse_listen_address(address);
+  const flags::HostPort spec = parse_listen_address(address);
   const auto fail = [&address](const error_code& ec) {
     return std::runtime_error("cannot listen on '" + address + "': " + ec.message());
   };
@@ -217,7 +187,7 @@ void bind_listener(tcp::acceptor& acceptor, asio::io_context& io, const std::str
   } else {
     // Blocking name resolution is acceptable here: the constructor runs once, at startup.
     tcp::resolver resolver(io);
-    const auto results = resolver.resolve(spec.host, spec.port_text,
+    const auto results = resolver.resolve(spec.host, spec.port_text(),
                                           tcp::resolver::passive | tcp::resolver::numeric_service, ec);
     if (ec || results.empty()) {
       throw std::runtime_error("cannot listen on '" + address + "': cannot resolve host '" + spec.host +
