@@ -2,7 +2,7 @@
 # Runs clang-tidy (Debian 12: clang-tidy-14) with the repository's .clang-tidy over the first-party C++
 # sources of the dev build's compile_commands.json; every finding is an error, and the script exits non-zero
 # on any. Headers are checked through the translation units that include them (HeaderFilterRegex).
-#   scripts/clang-tidy.sh                      shmproto/ client/ rankview/ daemon/ cli/ (what CI runs)
+#   scripts/clang-tidy.sh                      shmproto/ flags/ client/ rankview/ daemon/ cli/ (what CI runs)
 #   scripts/clang-tidy.sh daemon/src/foo.cpp cli/   only these files or folders
 #   scripts/clang-tidy.sh --exclude REGEX ...  leave out the files whose repository path matches REGEX
 # Environment: RANKSTAT_TIDY_BUILD (default build/dev; configured if it has no compile_commands.json),
@@ -22,7 +22,7 @@ while (($#)); do
     *) paths+=("${1%/}"); shift ;;
   esac
 done
-if ((${#paths[@]} == 0)); then paths=(shmproto client rankview daemon cli); fi
+if ((${#paths[@]} == 0)); then paths=(shmproto flags client rankview daemon cli); fi
 
 runner=$(command -v run-clang-tidy-14 || command -v run-clang-tidy || true)
 tidy=$(command -v clang-tidy-14 || command -v clang-tidy || true)

@@ -1,6 +1,5 @@
 #include "app.hpp"
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +13,7 @@
 #include "format.hpp"
 #include "rank_lookup.hpp"
 #include "rankstat/flags/duration.hpp"
+#include "rankstat/flags/user.hpp"
 #include "render.hpp"
 #include "source.hpp"
 #include "top.hpp"
@@ -24,11 +24,12 @@ namespace {
 // The shared flag grammar (rankstat/flags/duration.hpp); a bare number is seconds, as in top -d and
 // watch -n. Every CLI duration must be positive.
 std::chrono::milliseconds parse_duration(const std::string& text) {
-  return flags::parse_duration(text, flags::BareNumber::seconds).value.value_or(std::chrono::milliseconds(0));
+  return flags::parse_duration(text, flags::BareNumber::kSeconds)
+      .value.value_or(std::chrono::milliseconds(0));
 }
 
 std::string check_duration(const std::string& text) {
-  const flags::DurationParse parsed = flags::parse_duration(text, flags::BareNumber::seconds);
+  const flags::DurationParse parsed = flags::parse_duration(text, flags::BareNumber::kSeconds);
   if (!parsed.value) return parsed.error;
   if (parsed.value->count() <= 0) return "'" + text + "' is not a positive duration (e.g. 500ms, 2s, 1m)";
   return {};
@@ -55,6 +56,7 @@ struct Options {
 };
 
 bool use_color() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): the CLI reads its environment on its only thread
   const char* no_color = std::getenv("NO_COLOR");
   return ::isatty(STDOUT_FILENO) != 0 && (no_color == nullptr || no_color[0] == '\0');
 }
@@ -73,6 +75,7 @@ void print_json(const boost::json::value& doc) {
 // `ps` would show to every user.
 std::string read_password(const std::string& file) {
   if (file.empty()) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): the CLI reads its environment on its only thread
     const char* from_environment = std::getenv("RANKSTAT_PASSWORD");
     if (from_environment == nullptr) {
       throw CLI::ValidationError("--user",
@@ -95,10 +98,8 @@ std::unique_ptr<RankSource> make_source(const Options& o) {
     d.stall_after = parse_duration(o.stall_after);
     for (const std::string& owner : o.allowed_uids) {
       if (owner.empty()) continue;
-      if (owner.find_first_not_of("0123456789") == std::string::npos && owner.size() <= 10) {
-        d.trusted_uids.push_back(static_cast<std::uint32_t>(std::stoull(owner)));
-      } else if (const passwd* user = ::getpwnam(owner.c_str()); user != nullptr) {
-        d.trusted_uids.push_back(static_cast<std::uint32_t>(user->pw_uid));
+      if (const auto uid = flags::resolve_uid(owner)) {
+        d.trusted_uids.push_back(*uid);
       } else {
         throw CLI::ValidationError("--allowed-uids",
                                    "'" + owner + "' is neither a user name nor a numeric uid");

@@ -144,6 +144,7 @@ class DirectSource final : public RankSource {
                               shm::errno_text(errno));
     }
     std::vector<std::string> names;
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): readdir is thread-safe on a stream no other thread uses
     while (const dirent* entry = readdir(dir)) {
       std::string name = entry->d_name;
       if (shm::parse_segment_name(name)) names.push_back(std::move(name));
@@ -321,7 +322,7 @@ class DirectSource final : public RankSource {
         static_cast<std::uint64_t>(bytes) < sizeof(shm::SchedulerSnapshot)) {
       return nullptr;
     }
-    shm::SchedulerSnapshot fixed;
+    shm::SchedulerSnapshot fixed{};
     std::memcpy(&fixed, payload_.data(), sizeof fixed);
     const std::size_t room = (static_cast<std::size_t>(bytes) - sizeof fixed) / sizeof(shm::PriorityCount);
     const std::size_t count =

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <system_error>
 #include <type_traits>
 
 namespace rankstat::cli {
@@ -190,7 +191,8 @@ class Exchange {
     error_code ec;
     co_await transport.async_connect(*results, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
-      const std::string reason = ec == beast::error::timeout ? std::strerror(ETIMEDOUT) : ec.message();
+      const std::string reason =
+          ec == beast::error::timeout ? std::generic_category().message(ETIMEDOUT) : ec.message();
       set_failure(HttpFailure::kUnreachable, "cannot connect to " + where + ": " + reason);
       co_return;
     }
@@ -246,13 +248,12 @@ class Exchange {
     } else if (ec == bhttp::error::end_of_stream) {
       set_failure(ssl != nullptr ? HttpFailure::kTls : HttpFailure::kProtocol,
                   "connection to " + where + " failed: closed without an answer");
-    } else if (ec && ec.category() == bhttp::make_error_code(bhttp::error::bad_version).category()) {
-      set_failure(HttpFailure::kProtocol, where + " did not answer with HTTP/1.x");
-    } else if (ec) {
+    } else if (ec && ec.category() != bhttp::make_error_code(bhttp::error::bad_version).category()) {
       // A reset or a TLS alert (a refused client certificate arrives here with TLS 1.3).
       set_failure(ssl != nullptr ? HttpFailure::kTls : HttpFailure::kUnreachable,
                   "connection to " + where + " failed: " + ec.message());
-    } else if (parser.get().version() != 10 && parser.get().version() != 11) {
+    } else if (ec || (parser.get().version() != 10 && parser.get().version() != 11)) {
+      // Beast's parser errors (bad version, bad status line, ...), or a version other than 1.0/1.1.
       set_failure(HttpFailure::kProtocol, where + " did not answer with HTTP/1.x");
     } else {
       auto& response = parser.get();

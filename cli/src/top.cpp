@@ -383,6 +383,7 @@ int run_top(RankSource& source, const TopOptions& initial) {
   TopOptions options = initial;
   SignalPipe signals;
   Screen screen(STDOUT_FILENO, STDIN_FILENO);
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): the CLI reads its environment on its only thread
   const char* term = std::getenv("TERM");
   const bool dumb_terminal = term != nullptr && std::string_view(term) == "dumb";
   const bool interactive = !options.json && ::isatty(STDOUT_FILENO) != 0 && !dumb_terminal;

@@ -1,6 +1,5 @@
 #include "config.hpp"
 
-#include <pwd.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -14,6 +13,7 @@
 #include "aggregation.hpp"
 #include "gauge_integral.hpp"
 #include "rankstat/flags/duration.hpp"
+#include "rankstat/flags/user.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/naming.hpp"
 
@@ -33,22 +33,6 @@ struct DurationFlags {
   std::string peak_window = "15s";
 };
 
-// A user name or numeric uid; nullopt if neither.
-std::optional<std::uint32_t> resolve_uid(const std::string& owner) {
-  if (!owner.empty() && owner.find_first_not_of("0123456789") == std::string::npos && owner.size() <= 10) {
-    const unsigned long long uid = std::stoull(owner);
-    if (uid <= 0xFFFFFFFEull) return static_cast<std::uint32_t>(uid);
-    return std::nullopt;
-  }
-  passwd entry{};
-  passwd* found = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwnam_r(owner.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) {
-    return std::nullopt;
-  }
-  return static_cast<std::uint32_t>(found->pw_uid);
-}
-
 std::optional<std::string> apply_instance_owners(Config& c) {
   c.instance_owners.clear();
   for (const std::string& spec : c.instance_owner_specs) {
@@ -61,7 +45,7 @@ std::optional<std::string> apply_instance_owners(Config& c) {
     std::string owner;
     auto& uids = c.instance_owners[instance];
     while (std::getline(owners, owner, ':')) {
-      const auto uid = resolve_uid(owner);
+      const auto uid = flags::resolve_uid(owner);
       if (!uid) return "--shm.instance-owner: '" + owner + "' is neither a user name nor a numeric uid";
       uids.push_back(*uid);
     }
@@ -82,7 +66,7 @@ std::optional<std::string> apply_owners(Config& c) {
         c.any_owner = true;
         continue;
       }
-      const auto uid = resolve_uid(owner);
+      const auto uid = flags::resolve_uid(owner);
       if (!uid) return "--shm.allowed-uids: '" + owner + "' is neither a user name nor a numeric uid";
       c.allowed_uids.push_back(*uid);
     }
@@ -252,7 +236,7 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d, const std::set<std:
 // milliseconds before the grammar was shared; now it would mean seconds, so neither is guessed).
 std::optional<std::string> apply_duration(std::string_view flag, const std::string& text, bool zero_allowed,
                                           std::chrono::milliseconds& out) {
-  const flags::DurationParse parsed = flags::parse_duration(text, flags::BareNumber::only_zero);
+  const flags::DurationParse parsed = flags::parse_duration(text, flags::BareNumber::kOnlyZero);
   if (!parsed.value) return std::string(flag) + ": " + parsed.error;
   if (parsed.value->count() == 0 && !zero_allowed)
     return std::string(flag) + ": '" + text + "' is not a positive duration (write e.g. 5ms, 1s, 2m)";

@@ -64,7 +64,7 @@ DurationParse parse_duration(std::string_view text, BareNumber bare) {
       // "1m30" or "1.2.3": only a number standing alone may go without a unit.
       if (!first_part || !rest.empty()) return not_a_duration(text);
       // A bare number.
-      if (bare == BareNumber::only_zero && number != 0.0) {
+      if (bare == BareNumber::kOnlyZero && number != 0.0) {
         const std::string number_text(text);
         return refuse(quoted(text) + " has no unit; write " + number_text + "ms or " + number_text + "s");
       }

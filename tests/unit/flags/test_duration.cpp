@@ -10,14 +10,14 @@ using rankstat::flags::parse_duration;
 
 namespace {
 
-std::chrono::milliseconds value_of(const std::string& text, BareNumber bare = BareNumber::seconds) {
+std::chrono::milliseconds value_of(const std::string& text, BareNumber bare = BareNumber::kSeconds) {
   const auto parsed = parse_duration(text, bare);
   INFO(text << ": " << parsed.error);
   REQUIRE(parsed.value);
   return *parsed.value;
 }
 
-std::string error_of(const std::string& text, BareNumber bare = BareNumber::seconds) {
+std::string error_of(const std::string& text, BareNumber bare = BareNumber::kSeconds) {
   const auto parsed = parse_duration(text, bare);
   INFO(text);
   REQUIRE_FALSE(parsed.value);
@@ -54,11 +54,11 @@ TEST_CASE("a bare number means seconds") {
 }
 
 TEST_CASE("where bare numbers must be zero a bare non-zero number is refused and a unit asked for") {
-  CHECK(value_of("0", BareNumber::only_zero) == 0ms);
-  CHECK(value_of("0.0", BareNumber::only_zero) == 0ms);
-  CHECK(value_of("2ms", BareNumber::only_zero) == 2ms);
-  CHECK(error_of("2", BareNumber::only_zero) == "'2' has no unit; write 2ms or 2s");
-  CHECK(error_of("0.5", BareNumber::only_zero) == "'0.5' has no unit; write 0.5ms or 0.5s");
+  CHECK(value_of("0", BareNumber::kOnlyZero) == 0ms);
+  CHECK(value_of("0.0", BareNumber::kOnlyZero) == 0ms);
+  CHECK(value_of("2ms", BareNumber::kOnlyZero) == 2ms);
+  CHECK(error_of("2", BareNumber::kOnlyZero) == "'2' has no unit; write 2ms or 2s");
+  CHECK(error_of("0.5", BareNumber::kOnlyZero) == "'0.5' has no unit; write 0.5ms or 0.5s");
 }
 
 TEST_CASE("negative durations are refused") {

@@ -18,8 +18,8 @@ namespace rankstat::flags {
 inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(24 * 365 * 10);
 
 enum class BareNumber {
-  seconds,    // "2" is 2s (the CLI)
-  only_zero,  // "0" is 0; "2" is refused for having no unit (rankstatd, where a bare number once
+  kSeconds,   // "2" is 2s (the CLI)
+  kOnlyZero,  // "0" is 0; "2" is refused for having no unit (rankstatd, where a bare number once
               // meant milliseconds: refusing it beats silently reading it 1000 times longer)
 };
 
@@ -28,6 +28,6 @@ struct DurationParse {
   std::string error;  // when !value: why, quoting the text, e.g. "'2' has no unit; write 2ms or 2s"
 };
 
-DurationParse parse_duration(std::string_view text, BareNumber bare = BareNumber::seconds);
+DurationParse parse_duration(std::string_view text, BareNumber bare = BareNumber::kSeconds);
 
 }  // namespace rankstat::flags
