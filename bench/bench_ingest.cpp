@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "engine_rules.hpp"
 #include "gauge_integral.hpp"
 #include "rankstat/reporter.hpp"
 #include "rankstat/shmproto/process.hpp"

@@ -44,10 +44,6 @@ void label_key(std::string& key, const Labels& labels, std::string_view pid) {
   if (!pid.empty()) key.append("pid\x1f").append(pid).push_back('\x1e');
 }
 
-std::string format_priority(const SeenPriority& p) {
-  return p.is_none ? "None" : std::to_string(p.priority);
-}
-
 // Replaces or appends `name`'s value: a series label overrides an identity label of the same name
 // (e.g. priority="3" over the identity's priority="").
 void set_label(Labels& labels, const std::string& name, const std::string& value) {
@@ -512,8 +508,7 @@ std::string constant_label_refusal(std::string_view name, std::string_view insta
     }
   }
   // The labels identity_labels() sets below.
-  for (const std::string_view engine :
-       {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "dp_rank"}) {
+  for (const std::string_view engine : kIdentityLabelNames) {
     if (name == engine)
       return "'" + text + "' collides with the engine label of that name on per-rank series";
   }
@@ -526,16 +521,9 @@ std::string constant_label_refusal(std::string_view name, std::string_view insta
 
 Labels identity_labels(const shm::SegmentHeader& h, const std::string& instance_label) {
   Labels labels;
-  labels.push_back({"model_name", h.model_name});
-  labels.push_back({"engine_type", h.engine_type});
-  const bool scheduler = h.role == static_cast<std::uint32_t>(shm::Role::kScheduler);
-  if (scheduler) {
-    labels.push_back({"tp_rank", std::to_string(h.tp_rank)});
-    labels.push_back({"pp_rank", std::to_string(h.pp_rank)});
-    labels.push_back({"moe_ep_rank", std::to_string(h.moe_ep_rank)});
-  }
-  if ((h.flags & shm::kFlagPriorityScheduling) != 0) labels.push_back({"priority", ""});
-  if (scheduler && h.dp_rank != shm::kRankUnset) labels.push_back({"dp_rank", std::to_string(h.dp_rank)});
+  for_each_identity_label(h, [&](std::string name, std::string value) {
+    labels.push_back({std::move(name), std::move(value)});
+  });
   if (auto extra = shm::decode_label_pairs(h.extra_labels, sizeof h.extra_labels)) {
     for (auto& [name, value] : *extra) set_label(labels, name, value);
   }
@@ -548,12 +536,6 @@ Labels series_labels(const Labels& identity, const SeriesState& series) {
   Labels labels = own_labels_only ? Labels{} : identity;
   for (const auto& [name, value] : series.info.labels) set_label(labels, name, value);
   return labels;
-}
-
-bool exports_engine_metrics(const shm::SegmentHeader& h) {
-  if (h.role != static_cast<std::uint32_t>(shm::Role::kScheduler)) return true;
-  // Newer SGLang (the reference article) also requires attn_cp_rank 0; -1 (unset) counts as 0.
-  return (h.attn_tp_rank == 0 && h.attn_cp_rank <= 0) || (h.flags & shm::kFlagAllSchedulersMetrics) != 0;
 }
 
 std::string snapshot_family_name(const shm::ScalarField& field) {
@@ -580,18 +562,11 @@ std::string_view queue_field_name(std::uint8_t queue) {
   return shm::kQueueTotalField[queue];
 }
 
-// SGLang's routing-key GaugeHistograms: a mostrecent gauge per bin with gt/le labels ("gt < count <= le",
-// bounds printed as SGLang prints its integer bounds), sent in the snapshot as per-bin key counts.
+// SGLang's routing-key GaugeHistograms: a mostrecent gauge per bin with gt/le labels
+// (routing_key_bin_labels, engine_rules.hpp), sent in the snapshot as per-bin key counts.
 void collect_routing_key_bins(const SchedulerView& view, const Labels& base, const Contributor& from,
                               FamilySet& out, std::vector<FamilySet::Slot>& slots) {
   if ((view.fixed.groups & shm::kGroupRoutingKeys) == 0) return;
-  const auto bound_text = [](std::size_t i) {
-    if (i >= std::size(shm::kRoutingKeyBucketBounds)) return std::string("+Inf");
-    const double b = shm::kRoutingKeyBucketBounds[i];
-    return b == static_cast<double>(static_cast<std::int64_t>(b))
-               ? std::to_string(static_cast<std::int64_t>(b))
-               : std::to_string(b);
-  };
   const struct {
     const shm::RoutingKeyFamily& family;
     const std::uint64_t* bins;
@@ -607,8 +582,9 @@ void collect_routing_key_bins(const SchedulerView& view, const Labels& base, con
       std::string_view help;
       if (!out.slot_valid(slot, 0)) {  // else the slot knows the series: no labels to build
         labels = base;
-        labels.push_back({"gt", i == 0 ? std::string("0") : bound_text(i - 1)});
-        labels.push_back({"le", bound_text(i)});
+        auto [gt, le] = routing_key_bin_labels(i);
+        labels.push_back({"gt", std::move(gt)});
+        labels.push_back({"le", std::move(le)});
         help = h.family.help;
       }
       out.add_gauge(name, help, shm::GaugeMode::kMostRecent, labels, static_cast<double>(h.bins[i]),
@@ -656,7 +632,7 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
       std::string_view priority_help;
       if (!out.slot_valid(priority_slot, tag)) {
         labels = base;
-        set_label(labels, "priority", format_priority(seen));
+        set_label(labels, "priority", priority_label_value(seen));
         priority_help = field.help;
       }
       out.add_gauge(name, priority_help, mode, labels, static_cast<double>(count), view.timestamp_ns, from,

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine_rules.hpp"
 #include "gauge_integral.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/layout.hpp"
@@ -188,9 +189,8 @@ class FamilySet {
   std::map<SlotKey, SegmentSlots, SlotKeyLess> slots_;
 };
 
-// The identity labels of a segment, in SGLang's order: model_name, engine_type, tp_rank, pp_rank,
-// moe_ep_rank, priority (empty, when priority scheduling is on), dp_rank (when set), extra labels,
-// then `instance_label`="<instance id>" when an instance label is configured.
+// The identity labels of a segment: the engine's (for_each_identity_label, engine_rules.hpp), its extra
+// labels, then `instance_label`="<instance id>" when an instance label is configured.
 Labels identity_labels(const shm::SegmentHeader& identity, const std::string& instance_label = "");
 
 // Why `name` cannot be an operator-set constant label, or empty when it can: not a valid label name,
@@ -210,10 +210,6 @@ struct CollectOptions {
   // Integrated gauges (gauge_integral.hpp); null or empty: none exported.
   const IntegralSettings* integrals = nullptr;
 };
-
-// SGLang's engine-level rule: only the stats-logging rank (attn_tp_rank 0) exports scheduler metrics,
-// unless all-schedulers mode is on.
-bool exports_engine_metrics(const shm::SegmentHeader& identity);
 
 // The exported family of a scheduler snapshot field and its gauge mode (from the record's own table,
 // shm::kSchedulerScalarFields); nullopt-like false when the field is not exported as a gauge.

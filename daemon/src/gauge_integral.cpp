@@ -6,34 +6,6 @@
 
 namespace rankstat {
 
-const std::vector<std::string>& default_integrated_families() {
-  static const std::vector<std::string> families = {
-      // SGLang: the typed snapshot fields and the collectors' gauges of the same names.
-      "sglang:num_running_reqs",
-      "sglang:num_queue_reqs",
-      "sglang:num_grammar_queue_reqs",
-      "sglang:num_running_reqs_offline_batch",
-      "sglang:num_prefill_bootstrap_queue_reqs",
-      "sglang:num_prefill_prealloc_queue_reqs",
-      "sglang:num_prefill_inflight_queue_reqs",
-      "sglang:num_decode_prealloc_queue_reqs",
-      "sglang:num_decode_transfer_queue_reqs",
-      "sglang:num_decode_host_receive_queue_reqs",
-      // KV: token_usage is already the largest of the full, SWA and mamba pools' usage, and
-      // num_used_tokens follows kv_used_tokens; each gauge integrated costs drain time on every report
-      // that changes it, so the redundant ones are left to --aggregate.integrate.
-      "sglang:token_usage",
-      "sglang:kv_used_tokens",
-      "sglang:pending_prealloc_token_usage",
-      // vLLM's PrometheusStatLogger.
-      "vllm:num_requests_running",
-      "vllm:num_requests_waiting",
-      "vllm:kv_cache_usage_perc",
-      "vllm:gpu_cache_usage_perc",
-  };
-  return families;
-}
-
 std::string integral_family_name(std::string_view gauge_family) {
   return std::string(gauge_family).append("_time_weighted_seconds_total");
 }

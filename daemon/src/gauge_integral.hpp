@@ -26,10 +26,7 @@ struct IntegralSettings {
   bool wants(std::string_view family) const { return families.find(family) != families.end(); }
 };
 
-// The default --aggregate.integrate list: the gauges operators watch for saturation (running and queued
-// requests per queue kind, KV usage and KV tokens held), in SGLang's and vLLM's spelling; typed snapshot
-// fields are matched by their exported family name (sglang:<field>).
-const std::vector<std::string>& default_integrated_families();
+// The default --aggregate.integrate list is an engine rule: default_integrated_families(), engine_rules.hpp.
 
 // Exported names: `<gauge>_time_weighted_seconds_total` (a counter, as node_exporter's
 // node_disk_io_time_weighted_seconds_total), `<gauge>_window_max` and `<gauge>_window_min` (gauges).

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <utility>
 
@@ -21,7 +20,6 @@ RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment 
   cumulative_ = shm::CumulativeReader(opened_.cumulative(), opened_.cumulative_geometry);
   scheduler_.priorities.reserve(shm::kMaxPriorityCounts);
   state_since_ns_ = now_ns;
-  rate_window_start_ns_ = now_ns;
   read_guarded([&] {
     // The RingReader holds a record-sized scratch buffer; keep it in place inside this object, which
     // the daemon never moves (it is held by unique_ptr).
@@ -29,17 +27,33 @@ RankSegment::RankSegment(std::string name, std::string path, shm::OpenedSegment 
     shm::shared(opened_.file.header()->consumer_pid)
         .store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
   });
-  if (memory_fault_.empty()) recover_consumed_snapshot();
-  rate_window_start_records_ = producer().records_written;
+  if (memory_fault() == SegmentFault::kNone) recover_consumed_snapshot();
+  rate_.start(now_ns, producer().records_written);
+}
+
+std::string_view segment_fault_name(SegmentFault fault) {
+  switch (fault) {
+    case SegmentFault::kNone:
+      return {};
+    case SegmentFault::kTruncated:
+      return "truncated";
+    case SegmentFault::kBusError:
+      return "bus_error";
+    case SegmentFault::kRingIndex:
+      return "ring_index";
+    case SegmentFault::kRingRecord:
+      return "ring_record";
+  }
+  return "ring_record";
 }
 
 // Runs `read` with the mapping guarded against SIGBUS. Returns false without reading if the memory
-// was already found missing, and false (recording "bus_error") if it went missing during `read`.
+// was already found missing, and false (recording kBusError) if it went missing during `read`.
 template <typename Read>
 bool RankSegment::read_guarded(Read&& read) const {
-  if (!memory_fault_.empty()) return false;
+  if (memory_fault() != SegmentFault::kNone) return false;
   if (shm::run_bus_guarded(opened_.file.bytes(), opened_.file.size(), std::forward<Read>(read))) return true;
-  memory_fault_ = "bus_error";
+  faults_.set_memory(SegmentFault::kBusError);
   return false;
 }
 
@@ -50,36 +64,12 @@ shm::ProducerState RankSegment::producer() const {
 }
 
 bool RankSegment::check_file_size() {
-  if (!memory_fault_.empty()) return false;
+  if (memory_fault() != SegmentFault::kNone) return false;
   struct stat st {};
   if (fstat(opened_.file.fd(), &st) != 0) return true;  // cannot tell; the guard still protects reads
   if (static_cast<std::uint64_t>(st.st_size) >= opened_.file.size()) return true;
-  memory_fault_ = "truncated";
+  faults_.set_memory(SegmentFault::kTruncated);
   return false;
-}
-
-std::string_view RankSegment::ring_fault() const {
-  switch (ring_status_) {
-    case shm::DrainStatus::kOk:
-      return {};
-    case shm::DrainStatus::kCorruptIndex:
-      return "ring_index";
-    case shm::DrainStatus::kCorruptRecord:
-      return "ring_record";
-  }
-  return "ring_record";
-}
-
-bool RankSegment::take_unreported_memory_fault() const {
-  if (memory_fault_.empty() || memory_fault_reported_) return false;
-  memory_fault_reported_ = true;
-  return true;
-}
-
-bool RankSegment::take_unreported_ring_fault() const {
-  if (!ring_corrupt_ || ring_fault_reported_) return false;
-  ring_fault_reported_ = true;
-  return true;
 }
 
 void RankSegment::recover_consumed_snapshot() {
@@ -118,7 +108,7 @@ void RankSegment::set_state(RankState state, std::uint64_t now_ns) {
 }
 
 bool RankSegment::drain(std::uint64_t now_ns) {
-  if (ring_corrupt_ || !memory_fault_.empty()) return false;
+  if (ring_corrupt() || memory_fault() != SegmentFault::kNone) return false;
   // Bound one pass so a flooded ring cannot starve the other segments or a scrape.
   constexpr std::uint64_t kMaxBytesPerPass = 256 * 1024;
   shm::DrainStats stats;
@@ -135,7 +125,7 @@ bool RankSegment::drain(std::uint64_t now_ns) {
     shm::shared(opened_.file.header()->consumer_heartbeat_ns).store(now_ns, std::memory_order_relaxed);
     dropped = shm::shared(opened_.file.header()->dropped_records).load(std::memory_order_relaxed);
     if (guard.faulted()) {
-      memory_fault_ = "bus_error";
+      faults_.set_memory(SegmentFault::kBusError);
       return false;
     }
   }
@@ -146,20 +136,15 @@ bool RankSegment::drain(std::uint64_t now_ns) {
   // daemon poll at its fastest.
   dropped_before_last_drain_ = dropped != dropped_seen_;
   dropped_seen_ = dropped;
-  if (!pending_updates_.empty()) {
+  if (integrals_.has_pending()) {
     // Gauge updates of series published after the last descriptor scan: read the descriptors, then
     // integrate the updates in their order.
     read_cumulative();
-    for (const PendingUpdate& u : pending_updates_) {
-      if (u.series_index < series_integral_.size() && series_integral_[u.series_index] >= 0) {
-        note_observation(static_cast<std::size_t>(series_integral_[u.series_index]), u.timestamp_ns, u.value);
-      }
-    }
-    pending_updates_.clear();
+    integrals_.apply_pending();
   }
   if (stats.status != shm::DrainStatus::kOk) {
-    ring_corrupt_ = true;
-    ring_status_ = stats.status;
+    faults_.set_ring(stats.status == shm::DrainStatus::kCorruptIndex ? SegmentFault::kRingIndex
+                                                                     : SegmentFault::kRingRecord);
     return false;
   }
   return true;
@@ -176,13 +161,7 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     }
     std::memcpy(&update, payload.data(), sizeof update);
     ++gauge_updates_;
-    if (integrals_ == nullptr) return;
-    if (update.series_index < series_integral_.size()) {
-      const std::int32_t at = series_integral_[update.series_index];
-      if (at >= 0) note_observation(static_cast<std::size_t>(at), header.timestamp_ns, update.value);
-    } else if (pending_updates_.size() < kMaxPendingUpdates) {
-      pending_updates_.push_back({update.series_index, header.timestamp_ns, update.value});
-    }
+    integrals_.observe_update(update.series_index, header.timestamp_ns, update.value);
     return;
   }
   if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot))
@@ -201,79 +180,28 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     std::memcpy(scheduler_.priorities.data(), payload.data() + sizeof(shm::SchedulerSnapshot),
                 count * sizeof(shm::PriorityCount));
   }
-  for (const shm::PriorityCount& entry : scheduler_.priorities) {
-    if (entry.queue >= shm::kQueueIdCount) continue;
-    const bool none = (entry.flags & shm::kPriorityIsNone) != 0;
-    seen_priorities_.insert(SeenPriority{entry.queue, none ? 0 : entry.priority, none});
-  }
+  note_seen_priorities(scheduler_.priorities, seen_priorities_);
   ownership_.apply(scheduler_.fixed, header.timestamp_ns);
   scheduler_.present = true;
   scheduler_.timestamp_ns = header.timestamp_ns;
   scheduler_.sequence = header.sequence;
-  observe_snapshot_integrals();
-}
-
-void RankSegment::observe_snapshot_integrals() {
-  if (integrals_ == nullptr || !scheduler_.present) return;
-  for (const auto& [field, track] : snapshot_integrals_) {
-    if (!shm::field_present(scheduler_.fixed, *field)) continue;
-    note_observation(track, scheduler_.timestamp_ns, shm::read_scalar(scheduler_.fixed, *field).as_double());
-  }
-}
-
-void RankSegment::add_integrated(std::string family, const shm::ScalarField* field,
-                                 std::uint32_t series_position, std::string checkpoint_key) {
-  IntegratedGauge gauge{std::move(family), field, series_position, std::move(checkpoint_key), {}, {}, {}, {}};
-  gauge.integral_name = integral_family_name(gauge.family);
-  gauge.window_max_name = window_max_family_name(gauge.family);
-  gauge.window_min_name = window_min_family_name(gauge.family);
-  if (auto it = unclaimed_checkpoints_.find(gauge.checkpoint_key); it != unclaimed_checkpoints_.end()) {
-    gauge.track.restore(it->second.integral, it->second.value, it->second.until_ns);
-    unclaimed_checkpoints_.erase(it);
-  }
-  integrated_.push_back(std::move(gauge));
-  last_observed_.push_back(std::numeric_limits<double>::quiet_NaN());  // never equal: logged
-}
-
-void RankSegment::track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor) {
-  if (series.info.kind != shm::SeriesKind::kGauge || !integrals_->wants(series.info.family)) return;
-  if (descriptor < series_integral_.size())
-    series_integral_[descriptor] = static_cast<std::int32_t>(integrated_.size());
-  add_integrated(series.info.family, nullptr, static_cast<std::uint32_t>(position),
-                 "series:" + std::to_string(descriptor));
+  integrals_.observe_snapshot(scheduler_.fixed, header.timestamp_ns);
 }
 
 void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_exported,
                                 std::map<std::string, IntegralCheckpoint> checkpoints) {
-  if (settings == nullptr || !settings->enabled()) return;
-  integrals_ = settings;
-  unclaimed_checkpoints_ = std::move(checkpoints);
-  for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
-    std::string family = std::string(shm::kSnapshotFamilyPrefix).append(field.name);
-    if (snapshot_exported && field.exported != shm::FieldExport::kNotExported && settings->wants(family)) {
-      snapshot_integrals_.emplace_back(&field, integrated_.size());
-      add_integrated(std::move(family), &field, 0, std::string("field:").append(field.name));
-    }
-  }
+  if (!integrals_.start(settings, snapshot_exported, std::move(checkpoints), descriptors_seen_)) return;
   // Series read before now (at open): give them their tracks.
-  series_integral_.assign(descriptors_seen_, -1);
   for (std::size_t position = 0; position < series_.size(); ++position)
-    track_series(series_[position], position, series_descriptor_index_[position]);
+    integrals_.track_series(series_[position], position, series_descriptor_index_[position]);
   // The snapshot recovered at open (the newest one, which a previous daemon may have consumed) holds
   // from its own timestamp on.
-  observe_snapshot_integrals();
+  if (scheduler_.present) integrals_.observe_snapshot(scheduler_.fixed, scheduler_.timestamp_ns);
 }
 
 void RankSegment::settle_integrals(std::uint64_t now_ns) {
-  if (integrals_ == nullptr) return;
-  const std::uint64_t heartbeat = std::min(producer().heartbeat_ns, now_ns);
-  for (IntegratedGauge& g : integrated_) {
-    if (g.field == nullptr && !g.track.has_value() && g.series_position < series_.size()) {
-      const shm::SeriesValue& v = series_[g.series_position].value;
-      if (v.set_ns != 0) g.track.observe(v.set_ns, v.value, integrals_->peak_window_ns);
-    }
-    g.track.hold_until(heartbeat);
-  }
+  if (!integrals_.enabled()) return;
+  integrals_.settle(std::min(producer().heartbeat_ns, now_ns), series_);
 }
 
 void RankSegment::refresh_cumulative() {
@@ -312,9 +240,9 @@ bool RankSegment::read_cumulative() {
   invalid_series_ += invalid;
   series_over_limit_ += over_limit;
   descriptors_seen_ = std::max(descriptors_seen_, published);
-  if (integrals_ != nullptr) series_integral_.resize(descriptors_seen_, -1);
+  integrals_.cover_descriptors(descriptors_seen_);
   for (std::size_t f = 0; f < fresh.size(); ++f) {
-    if (integrals_ != nullptr) track_series(fresh[f], series_.size(), fresh_indices[f]);
+    integrals_.track_series(fresh[f], series_.size(), fresh_indices[f]);
     series_.push_back(std::move(fresh[f]));
     series_descriptor_index_.push_back(fresh_indices[f]);
   }
@@ -337,15 +265,19 @@ void RankSegment::apply_staleness(std::uint64_t now_ns, std::uint64_t stale_afte
 }
 
 void RankSegment::update_rate(std::uint64_t now_ns) {
-  constexpr std::uint64_t kWindowNs = 2'000'000'000;
-  if (now_ns - rate_window_start_ns_ < kWindowNs) return;
-  const std::uint64_t written = producer().records_written;
-  const std::uint64_t delta =
-      written >= rate_window_start_records_ ? written - rate_window_start_records_ : 0;
-  records_per_second_ =
-      static_cast<double>(delta) * 1e9 / static_cast<double>(now_ns - rate_window_start_ns_);
-  rate_window_start_ns_ = now_ns;
-  rate_window_start_records_ = written;
+  if (rate_.due(now_ns)) rate_.update(now_ns, producer().records_written);
+}
+
+void RecordRate::start(std::uint64_t now_ns, std::uint64_t written) {
+  window_start_ns_ = now_ns;
+  window_start_records_ = written;
+}
+
+void RecordRate::update(std::uint64_t now_ns, std::uint64_t written) {
+  const std::uint64_t delta = written >= window_start_records_ ? written - window_start_records_ : 0;
+  per_second_ = static_cast<double>(delta) * 1e9 / static_cast<double>(now_ns - window_start_ns_);
+  window_start_ns_ = now_ns;
+  window_start_records_ = written;
 }
 
 }  // namespace rankstat

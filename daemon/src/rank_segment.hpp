@@ -11,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "gauge_integral.hpp"
+#include "engine_rules.hpp"
+#include "rank_integrals.hpp"
 #include "rankstat/shmproto/cumulative.hpp"
 #include "rankstat/shmproto/liveness.hpp"
 #include "rankstat/shmproto/reader.hpp"
@@ -34,39 +35,55 @@ struct SchedulerView {
   std::uint64_t sequence = 0;
 };
 
-// One series of the cumulative block, validated, with its value as of the last refresh.
-struct SeriesState {
-  shm::SeriesInfo info;
-  shm::SeriesValue value;
+// Why a segment's memory or ring is no longer read. SegmentRegistry counts and logs each once per
+// generation; segment_fault_name() is its name in the log line and the quarantine counter's reason label.
+enum class SegmentFault : std::uint8_t {
+  kNone,
+  kTruncated,   // the file shrank below the mapping (found by check_file_size)
+  kBusError,    // a read of the mapping raised SIGBUS
+  kRingIndex,   // the ring's head/tail are inconsistent
+  kRingRecord,  // a record length or padding that cannot be right
+};
+std::string_view segment_fault_name(SegmentFault fault);  // "truncated", "bus_error", ...; "" for kNone
+
+// The first memory fault and the first ring fault of a generation, each reported once.
+class FaultLatch {
+ public:
+  SegmentFault memory() const { return memory_; }
+  SegmentFault ring() const { return ring_; }
+  void set_memory(SegmentFault fault) { memory_ = fault; }
+  void set_ring(SegmentFault fault) { ring_ = fault; }
+  // True the first time it is called after the fault appeared.
+  bool take_unreported_memory() { return take(memory_, memory_reported_); }
+  bool take_unreported_ring() { return take(ring_, ring_reported_); }
+
+ private:
+  static bool take(SegmentFault fault, bool& reported) {
+    if (fault == SegmentFault::kNone || reported) return false;
+    reported = true;
+    return true;
+  }
+  SegmentFault memory_ = SegmentFault::kNone;
+  SegmentFault ring_ = SegmentFault::kNone;
+  bool memory_reported_ = false;
+  bool ring_reported_ = false;
 };
 
-// A priority value that has appeared in a queue breakdown; SGLang keeps exporting it (as 0 when
-// absent) once seen.
-struct SeenPriority {
-  std::uint8_t queue;
-  std::int32_t priority;
-  bool is_none;
-  auto operator<=>(const SeenPriority&) const = default;
-};
+// Records accepted by a writer per second, over windows of a few seconds.
+class RecordRate {
+ public:
+  // `written`: the writer's records_written at `now_ns`.
+  void start(std::uint64_t now_ns, std::uint64_t written);
+  // Whether a window has passed, so update() should be given a fresh `written`.
+  bool due(std::uint64_t now_ns) const { return now_ns - window_start_ns_ >= kWindowNs; }
+  void update(std::uint64_t now_ns, std::uint64_t written);
+  double per_second() const { return per_second_; }
 
-// A gauge of this generation integrated over time (gauge_integral.hpp): a typed snapshot field or a
-// series declared through the metric classes.
-struct IntegratedGauge {
-  std::string family;             // the gauge's family (sglang:num_queue_reqs)
-  const shm::ScalarField* field;  // the snapshot field, or nullptr for a series
-  std::uint32_t series_position;  // index in series() for a series
-  std::string checkpoint_key;     // "field:<name>" or "series:<descriptor index>": stable per generation
-  std::string integral_name;      // the exported families (gauge_integral.hpp), named once
-  std::string window_max_name;
-  std::string window_min_name;
-  GaugeTrack track;
-};
-
-// What a previous daemon exported for one integrated gauge of a generation (RetiredTotals keeps it).
-struct IntegralCheckpoint {
-  double integral = 0;
-  double value = 0;
-  std::uint64_t until_ns = 0;
+ private:
+  static constexpr std::uint64_t kWindowNs = 2'000'000'000;
+  std::uint64_t window_start_ns_ = 0;
+  std::uint64_t window_start_records_ = 0;
+  double per_second_ = 0;
 };
 
 class RankSegment {
@@ -100,26 +117,25 @@ class RankSegment {
   // has set (its value was set while no daemon drained, or by a record the previous daemon consumed)
   // from the cumulative block's value.
   void settle_integrals(std::uint64_t now_ns);
-  const std::vector<IntegratedGauge>& integrated() const { return integrated_; }
+  const std::vector<IntegratedGauge>& integrated() const { return integrals_.gauges(); }
 
   // Producer-group fields as of now; once the memory is gone, the last ones read.
   shm::ProducerState producer() const;
 
   // Every read of the mapping runs under a shm::BusGuard (rankstat/shmproto/bus_guard.hpp). When the file
-  // shrinks below the mapping ("truncated", found by check_file_size) or a read raises SIGBUS ("bus_error"),
+  // shrinks below the mapping (kTruncated, found by check_file_size) or a read raises SIGBUS (kBusError),
   // the segment's memory is never read again: its last good values, totals and producer state stay exported.
-  // Empty while the memory is readable.
-  std::string_view memory_fault() const { return memory_fault_; }
-  // fstat of the descriptor; false (and memory_fault() "truncated") if the file is now smaller than the
+  // kNone while the memory is readable.
+  SegmentFault memory_fault() const { return faults_.memory(); }
+  // fstat of the descriptor; false (and memory_fault() kTruncated) if the file is now smaller than the
   // mapping. A system call: for the liveness pass, never the drain path.
   bool check_file_size();
-  // Why the ring was quarantined: "ring_index" (head/tail inconsistent), "ring_record" (a record length
-  // or padding that cannot be right), or empty.
-  std::string_view ring_fault() const;
+  // Why the ring was quarantined (kRingIndex or kRingRecord), or kNone.
+  SegmentFault ring_fault() const { return faults_.ring(); }
   // True the first time it is called after a memory or ring fault appeared (for logging and counting
   // each fault of a generation once).
-  bool take_unreported_memory_fault() const;
-  bool take_unreported_ring_fault() const;
+  bool take_unreported_memory_fault() const { return faults_.take_unreported_memory(); }
+  bool take_unreported_ring_fault() const { return faults_.take_unreported_ring(); }
   const SchedulerView& scheduler() const { return scheduler_; }
   const std::vector<SeriesState>& series() const { return series_; }
   const std::set<SeenPriority>& seen_priorities() const { return seen_priorities_; }
@@ -137,7 +153,7 @@ class RankSegment {
   // then never unlinked.
   std::uint64_t heartbeat_at_state_change() const { return heartbeat_at_state_change_; }
 
-  bool ring_corrupt() const { return ring_corrupt_; }
+  bool ring_corrupt() const { return faults_.ring() != SegmentFault::kNone; }
   // Set when one of the segment's families disagrees with the type or mode other ranks gave it: the
   // whole segment is then left out of the exposition (and counted), never merged half-way.
   bool schema_conflict() const { return schema_conflict_; }
@@ -158,7 +174,7 @@ class RankSegment {
   std::uint64_t series_over_limit() const { return series_over_limit_; }
   double ring_fill_ratio() const;
   // Records accepted by the writer per second, over the last few seconds.
-  double records_per_second() const { return records_per_second_; }
+  double records_per_second() const { return rate_.per_second(); }
   void update_rate(std::uint64_t now_ns);
   // SGLang's idle rule: gen_throughput is decode-owned and falls to 0 once no decode report has come
   // for `stale_after_ns` (a rank with no traffic must not show its last burst forever).
@@ -169,19 +185,6 @@ class RankSegment {
   void recover_consumed_snapshot();
   // refresh_cumulative without anything else; returns false if the memory is gone.
   bool read_cumulative();
-  void add_integrated(std::string family, const shm::ScalarField* field, std::uint32_t series_position,
-                      std::string checkpoint_key);
-  void observe_snapshot_integrals();
-  // Every integrated gauge of every drained report comes here. An unchanged value changes nothing
-  // (GaugeTrack::observe would ignore it too); most fields of most reports are unchanged, and this check
-  // reads one contiguous array instead of each gauge's track.
-  void note_observation(std::size_t track, std::uint64_t timestamp_ns, double value) {
-    if (last_observed_[track] == value) return;
-    last_observed_[track] = value;
-    integrated_[track].track.observe(timestamp_ns, value, integrals_->peak_window_ns);
-  }
-  // Gives `series` (at `position` in series_, descriptor `descriptor`) a track if its family is integrated.
-  void track_series(const SeriesState& series, std::size_t position, std::uint32_t descriptor);
   template <typename Read>
   bool read_guarded(Read&& read) const;  // false if the memory is (or just went) missing
 
@@ -207,12 +210,8 @@ class RankSegment {
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
   std::uint64_t heartbeat_at_state_change_ = 0;
-  bool ring_corrupt_ = false;
-  shm::DrainStatus ring_status_ = shm::DrainStatus::kOk;
-  mutable bool ring_fault_reported_ = false;
   // Written by const readers (producer()) when they find the memory gone.
-  mutable std::string_view memory_fault_;
-  mutable bool memory_fault_reported_ = false;
+  mutable FaultLatch faults_;
   mutable shm::ProducerState last_producer_{};
   std::vector<shm::SeriesValue> staging_;  // refresh_cumulative reads here first, commits if no fault
   bool schema_conflict_ = false;
@@ -223,25 +222,8 @@ class RankSegment {
   std::uint64_t invalid_series_ = 0;
   std::uint32_t max_series_ = 100000;
   std::uint64_t series_over_limit_ = 0;
-  const IntegralSettings* integrals_ = nullptr;
-  std::vector<IntegratedGauge> integrated_;
-  // The snapshot fields integrated, each with its index in integrated_ (looked at on every report).
-  std::vector<std::pair<const shm::ScalarField*, std::size_t>> snapshot_integrals_;
-  std::vector<std::int32_t> series_integral_;  // per descriptor index: index in integrated_ or -1
-  std::map<std::string, IntegralCheckpoint> unclaimed_checkpoints_;
-  std::vector<double> last_observed_;  // per integrated_ entry: the value last logged (NaN: none yet)
-  // Gauge updates of series whose descriptor this daemon had not read yet when the record was drained
-  // (published between the descriptor scan and the drain): applied, in order, once it is read.
-  struct PendingUpdate {
-    std::uint32_t series_index;
-    std::uint64_t timestamp_ns;
-    double value;
-  };
-  std::vector<PendingUpdate> pending_updates_;
-  static constexpr std::size_t kMaxPendingUpdates = 65536;
-  std::uint64_t rate_window_start_ns_ = 0;
-  std::uint64_t rate_window_start_records_ = 0;
-  double records_per_second_ = 0;
+  RankIntegrals integrals_;
+  RecordRate rate_;
 };
 
 }  // namespace rankstat

@@ -168,16 +168,30 @@ void SegmentRegistry::reject(const std::string& name, const struct stat& st, Rej
 }
 
 void SegmentRegistry::note_faults(const RankSegment& s, std::uint64_t now_ns) {
-  std::string reason;
+  SegmentFault fault = SegmentFault::kNone;
   if (s.take_unreported_memory_fault()) {
-    reason = std::string(s.memory_fault());
-    ++(reason == "truncated" ? counters_.quarantined_truncated : counters_.quarantined_bus_error);
+    fault = s.memory_fault();
   } else if (s.take_unreported_ring_fault()) {
-    reason = std::string(s.ring_fault());
+    fault = s.ring_fault();
     ++counters_.corrupt_rings;
-    ++(reason == "ring_index" ? counters_.quarantined_ring_index : counters_.quarantined_ring_record);
   } else {
     return;
+  }
+  const bool memory = fault == SegmentFault::kTruncated || fault == SegmentFault::kBusError;
+  switch (fault) {
+    case SegmentFault::kTruncated:
+      ++counters_.quarantined_truncated;
+      break;
+    case SegmentFault::kBusError:
+      ++counters_.quarantined_bus_error;
+      break;
+    case SegmentFault::kRingIndex:
+      ++counters_.quarantined_ring_index;
+      break;
+    case SegmentFault::kNone:
+    case SegmentFault::kRingRecord:
+      ++counters_.quarantined_ring_record;
+      break;
   }
   if (!log_limiter_.allow(now_ns)) {
     ++counters_.log_lines_suppressed;
@@ -185,16 +199,16 @@ void SegmentRegistry::note_faults(const RankSegment& s, std::uint64_t now_ns) {
   }
   const std::uint64_t suppressed = log_limiter_.suppressed_since_last();
   if (suppressed != 0) spdlog::warn("{} similar messages about bad segments were suppressed", suppressed);
-  if (reason == "truncated" || reason == "bus_error") {
+  if (memory) {
     spdlog::error(
         "segment {} (pid {}) quarantined ({}): its file shrank below its mapping; last good values "
         "kept, its memory is no longer read",
-        s.name(), s.identity().pid, reason);
+        s.name(), s.identity().pid, segment_fault_name(fault));
   } else {
     spdlog::error(
         "segment {} (pid {}) quarantined ({}): ring indices or record lengths are inconsistent; last good "
         "values kept, ring no longer read",
-        s.name(), s.identity().pid, reason);
+        s.name(), s.identity().pid, segment_fault_name(fault));
   }
 }
 

@@ -160,10 +160,13 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                   "Segment generations whose memory or ring is no longer read (last good values kept), "
                   "by reason.",
                   MetricType::Counter);
-  add_sample(quarantined, {{"reason", "ring_index"}}, static_cast<double>(c.quarantined_ring_index));
-  add_sample(quarantined, {{"reason", "ring_record"}}, static_cast<double>(c.quarantined_ring_record));
-  add_sample(quarantined, {{"reason", "truncated"}}, static_cast<double>(c.quarantined_truncated));
-  add_sample(quarantined, {{"reason", "bus_error"}}, static_cast<double>(c.quarantined_bus_error));
+  const auto add_fault = [&](SegmentFault fault, std::uint64_t count) {
+    add_sample(quarantined, {{"reason", std::string(segment_fault_name(fault))}}, static_cast<double>(count));
+  };
+  add_fault(SegmentFault::kRingIndex, c.quarantined_ring_index);
+  add_fault(SegmentFault::kRingRecord, c.quarantined_ring_record);
+  add_fault(SegmentFault::kTruncated, c.quarantined_truncated);
+  add_fault(SegmentFault::kBusError, c.quarantined_bus_error);
   auto suppressed =
       make_family("rankstat_log_messages_suppressed_total",
                   "Log lines about bad segments dropped by the rate limit.", MetricType::Counter);

@@ -106,7 +106,7 @@ TEST_CASE(
   REQUIRE(before.records_written == 1);
   REQUIRE(writer.shrink(shm::kHeaderBytes) == 0);  // the header page stays
   segment->refresh_cumulative();                   // the cumulative block is gone: a bus error, absorbed
-  CHECK(segment->memory_fault() == "bus_error");
+  CHECK(segment->memory_fault() == SegmentFault::kBusError);
   CHECK(counter_value(*segment) == Approx(42));  // the zeros read were not committed
   CHECK_FALSE(segment->drain(shm::monotonic_ns()));
   CHECK(segment->producer().records_written == before.records_written);
@@ -123,7 +123,7 @@ TEST_CASE("a segment truncated to nothing faults on its header and its producer 
   REQUIRE(segment->producer().records_written == 1);
   REQUIRE(writer.shrink(0) == 0);
   CHECK(segment->producer().records_written == 1);
-  CHECK(segment->memory_fault() == "bus_error");
+  CHECK(segment->memory_fault() == SegmentFault::kBusError);
   CHECK(segment->ring_fill_ratio() == Approx(0));
 }
 
@@ -136,7 +136,7 @@ TEST_CASE("a shrunk segment is quarantined as truncated by the size check before
   REQUIRE(segment->check_file_size());
   REQUIRE(writer.shrink(shm::kHeaderBytes) == 0);
   CHECK_FALSE(segment->check_file_size());
-  CHECK(segment->memory_fault() == "truncated");
+  CHECK(segment->memory_fault() == SegmentFault::kTruncated);
   segment->refresh_cumulative();
   CHECK(counter_value(*segment) == Approx(3));
   CHECK(shm::bus_errors_absorbed() == faults);  // nothing was even touched

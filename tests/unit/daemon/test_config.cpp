@@ -7,6 +7,7 @@
 #include <map>
 
 #include "config.hpp"
+#include "engine_rules.hpp"
 #include "gauge_integral.hpp"
 
 using namespace std::chrono_literals;

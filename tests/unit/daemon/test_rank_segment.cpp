@@ -147,7 +147,7 @@ TEST_CASE("records of an unknown type are skipped and short or version-0 records
   CHECK(segment->gauge_updates() == 0);
   CHECK_FALSE(segment->scheduler().present);
   CHECK_FALSE(segment->ring_corrupt());
-  CHECK(segment->ring_fault().empty());
+  CHECK(segment->ring_fault() == rankstat::SegmentFault::kNone);
 }
 
 TEST_CASE("a ring that wraps many times is drained record by record without gaps", "[rank_segment]") {
