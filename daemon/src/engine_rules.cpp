@@ -14,7 +14,7 @@ bool exports_engine_metrics(const shm::SegmentHeader& h) {
 namespace {
 
 std::string routing_key_bound_text(std::size_t i) {
-  if (i >= std::size(shm::kRoutingKeyBucketBounds)) return std::string("+Inf");
+  if (i >= std::size(shm::kRoutingKeyBucketBounds)) return {"+Inf"};
   const double b = shm::kRoutingKeyBucketBounds[i];
   return b == static_cast<double>(static_cast<std::int64_t>(b)) ? std::to_string(static_cast<std::int64_t>(b))
                                                                 : std::to_string(b);

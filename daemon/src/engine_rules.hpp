@@ -53,6 +53,7 @@ struct SeenPriority {
   std::uint8_t queue;
   std::int32_t priority;
   bool is_none;
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 misreads the defaulted <=>
   auto operator<=>(const SeenPriority&) const = default;
 };
 void note_seen_priorities(std::span<const shm::PriorityCount> counts, std::set<SeenPriority>& seen);

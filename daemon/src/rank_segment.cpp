@@ -110,7 +110,7 @@ void RankSegment::set_state(RankState state, std::uint64_t now_ns) {
 bool RankSegment::drain(std::uint64_t now_ns) {
   if (ring_corrupt() || memory_fault() != SegmentFault::kNone) return false;
   // Bound one pass so a flooded ring cannot starve the other segments or a scrape.
-  constexpr std::uint64_t kMaxBytesPerPass = 256 * 1024;
+  constexpr std::uint64_t kMaxBytesPerPass = std::uint64_t{256} * 1024;
   shm::DrainStats stats;
   std::uint64_t dropped = dropped_seen_;
   {

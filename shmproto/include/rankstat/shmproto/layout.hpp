@@ -350,9 +350,9 @@ inline constexpr std::uint32_t kMaxTextCapacity = 1u << 28;
 
 // Region sizes for a cumulative block of the given capacities; offsets are relative to the block start.
 struct CumulativeGeometry {
-  std::uint32_t series_capacity;
-  std::uint32_t bounds_capacity;
-  std::uint32_t values_capacity;
+  std::uint32_t series_capacity = 0;
+  std::uint32_t bounds_capacity = 0;
+  std::uint32_t values_capacity = 0;
   std::uint32_t text_capacity = 0;  // bytes; 0 gives kDefaultTextBytesPerSeries per series
 
   constexpr std::uint64_t descriptors_offset() const { return sizeof(CumulativeHeader); }
