@@ -36,6 +36,23 @@ struct Contributor {
   std::string_view instance;  // empty: merges with any (retired totals)
 };
 
+// FamilySet's slots are keyed by (segment name, generation, instance label) and looked up by views of
+// them. The comparator compares views on both sides: clang (clang-tidy) cannot compare a tuple of
+// string_views with a tuple of strings through libstdc++ 12's operator<=>, g++ can.
+using SegmentSlotKey = std::tuple<std::string, std::uint64_t, std::string>;
+using SegmentSlotKeyView = std::tuple<std::string_view, std::uint64_t, std::string_view>;
+struct SegmentSlotKeyLess {
+  using is_transparent = void;
+  static SegmentSlotKeyView view(const SegmentSlotKey& key) {
+    return {std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+  }
+  static const SegmentSlotKeyView& view(const SegmentSlotKeyView& key) { return key; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return view(a) < view(b);
+  }
+};
+
 class FamilySet {
  private:
   struct Series;
@@ -170,23 +187,7 @@ class FamilySet {
   std::uint64_t layout_ = 1;  // changes whenever a series or family is erased: invalidates every slot
   std::string key_scratch_;
   Labels sorted_scratch_;
-  // Keyed by (segment name, generation, instance label), looked up by views of them. The comparator
-  // compares views on both sides: clang (clang-tidy) cannot compare a tuple of string_views with a tuple
-  // of strings through libstdc++ 12's operator<=>, g++ can.
-  using SlotKey = std::tuple<std::string, std::uint64_t, std::string>;
-  using SlotKeyView = std::tuple<std::string_view, std::uint64_t, std::string_view>;
-  struct SlotKeyLess {
-    using is_transparent = void;
-    static SlotKeyView view(const SlotKey& key) {
-      return {std::get<0>(key), std::get<1>(key), std::get<2>(key)};
-    }
-    static const SlotKeyView& view(const SlotKeyView& key) { return key; }
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-      return view(a) < view(b);
-    }
-  };
-  std::map<SlotKey, SegmentSlots, SlotKeyLess> slots_;
+  std::map<SegmentSlotKey, SegmentSlots, SegmentSlotKeyLess> slots_;
 };
 
 // The identity labels of a segment: the engine's (for_each_identity_label, engine_rules.hpp), its extra
