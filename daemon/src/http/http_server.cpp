@@ -288,7 +288,7 @@ class SessionBase {
   SessionBase(const SessionBase&) = delete;
   SessionBase& operator=(const SessionBase&) = delete;
   virtual ~SessionBase() = default;
-  // What evicting this connection would cost, lower first; nullopt: never evicted (see Session).
+  // What evicting this connection would cost, lower first; nullopt: never evicted (see ConnectionPhase).
   [[nodiscard]] virtual std::optional<int> eviction_rank() const = 0;
   [[nodiscard]] virtual std::chrono::steady_clock::time_point phase_since() const = 0;
   virtual void evict() = 0;
@@ -433,58 +433,42 @@ class ServerCore : public std::enable_shared_from_this<ServerCore> {
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
-// Session: one TCP connection. Owned by its pending asynchronous operation (shared_from_this);
-// all members are touched only on the io thread.
+// Session: one TCP connection, split by job: ConnectionPhase (what eviction ranks it by),
+// RequestReader (reading requests within limits and deadlines), OutgoingResponse (the response being
+// written). Owned by its pending asynchronous operation (shared_from_this); all members are touched
+// only on the io thread.
 
 namespace {
 
-// Stream is beast::tcp_stream (plain HTTP) or TlsStream; a TLS session handshakes first, under the header
-// deadline, so that a client that never finishes its handshake holds its slot no longer than a silent one.
-template <typename Stream>
-class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
-  static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
+std::chrono::steady_clock::time_point header_deadline(std::chrono::steady_clock::time_point started,
+                                                      const ServerOptions& options) {
+  return started + std::min(options.header_timeout, options.read_timeout);
+}
 
- public:
-  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket, asio::ip::address peer,
-          std::shared_ptr<asio::ssl::context> tls)
-      : server_(std::move(server)),
-        tls_(std::move(tls)),
-        stream_(make_stream(std::move(socket), tls_.get())),
-        buffer_(read_buffer_limit(server_->options())),
-        read_chunk_bytes_(std::min(kMaxReadChunkBytes, buffer_.max_size())),
-        peer_(std::move(peer)) {
-    server_->add_session(this, peer_);
-  }
-  ~Session() override { server_->remove_session(this, peer_); }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+std::size_t read_buffer_limit(const ServerOptions& options) {
+  const std::uint64_t headroom = std::uint64_t{options.max_header_bytes} + kReadBufferSlackBytes;
+  const std::uint64_t limit =
+      options.max_body_bytes > UINT64_MAX - headroom ? UINT64_MAX : options.max_body_bytes + headroom;
+  return static_cast<std::size_t>(std::min<std::uint64_t>(limit, SIZE_MAX));
+}
 
-  void start() {
-    // The first request's deadlines run from accept, so a silent connection is cut off too.
-    phase_since_ = std::chrono::steady_clock::now();
-    lowest().expires_at(header_deadline(phase_since_));
-    if constexpr (kTls) {
-      stream_.async_handshake(
-          asio::ssl::stream_base::server,
-          [self = this->shared_from_this()](const error_code& ec) { self->on_handshake(ec); });
-    } else {
-      await_request();
-    }
-  }
+// Where a connection is in its exchange and since when: what eviction ranks it by.
+struct ConnectionPhase {
+  enum class Phase { kAwaitingRequest, kReadingHeader, kReadingBody, kHandling, kWriting, kLingering };
 
   // What evicting this connection would cost, lower first: 0 finished (lingering after its last
   // response), 1 idle between requests, 2 still reading request headers (or not yet sent its first
   // request), 3 reading a request body;
   // nullopt while handling or writing a response, which is never interrupted.
-  std::optional<int> eviction_rank() const override {
-    switch (phase_) {
+  [[nodiscard]] std::optional<int> eviction_rank() const {
+    switch (phase) {
       case Phase::kLingering:
         return 0;
       case Phase::kAwaitingRequest:
         // A connection whose first request has not arrived yet is a newcomer, not an idle client: it
         // ranks with the header readers (oldest first), so a flood of newcomers cannot evict a scraper
         // that has just connected.
-        return first_request_ ? 2 : 1;
+        return first_request ? 2 : 1;
       case Phase::kReadingHeader:
         return 2;
       case Phase::kReadingBody:
@@ -495,9 +479,344 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     }
     return std::nullopt;
   }
+
+  Phase phase = Phase::kAwaitingRequest;
   // When the current phase began: among equally ranked connections, the one idle longest or reading
   // its request longest (the slowest) goes first.
-  std::chrono::steady_clock::time_point phase_since() const override { return phase_since_; }
+  std::chrono::steady_clock::time_point since;
+  std::chrono::steady_clock::time_point request_deadline;
+  bool first_request = true;
+};
+
+// Reads a connection's requests one at a time, within the header and body limits and under the idle,
+// header and whole-request deadlines; after the last response, discards what the peer still sends.
+// Completion handlers own the session, which owns this reader, so `this` outlives every operation.
+template <typename Stream>
+class RequestReader {
+  using Phase = ConnectionPhase::Phase;
+
+ public:
+  RequestReader(Stream& stream, detail::ServerCore& server, ConnectionPhase& phase)
+      : stream_(stream),
+        server_(server),
+        phase_(phase),
+        buffer_(read_buffer_limit(server.options())),
+        read_chunk_bytes_(std::min(kMaxReadChunkBytes, buffer_.max_size())) {}
+
+  // Waits for the first byte of the next request under the idle timeout, so that the (shorter)
+  // header and whole-request deadlines only start once the client actually sends something. Calls
+  // done(ec) once the request is read or reading it failed; a connection closed before its request
+  // starts is closed here and done is dropped.
+  template <typename Done>
+  void read_next(Done done) {
+    if (buffer_.size() > 0) {  // a pipelined request is already buffered
+      read_request(std::move(done));
+      return;
+    }
+    phase_.phase = Phase::kAwaitingRequest;
+    if (!phase_.first_request) {
+      phase_.since = std::chrono::steady_clock::now();
+      lowest().expires_after(server_.options().idle_keepalive_timeout);
+    }
+    stream_.async_read_some(
+        buffer_.prepare(read_chunk_bytes_),
+        [this, done = std::move(done)](const error_code& ec, std::size_t bytes_read) mutable {
+          on_request_started(ec, bytes_read, std::move(done));
+        });
+  }
+
+  [[nodiscard]] const bhttp::request<bhttp::string_body>& request() const { return parser_->get(); }
+  // A parser serves one request; frees its memory once the request is copied out.
+  void release_request() { parser_.reset(); }
+
+  // Half-closes, then discards input until the peer closes or a short deadline passes.
+  template <typename KeepAlive>
+  void linger_then_close(KeepAlive keep_alive) {
+    phase_.phase = Phase::kLingering;
+    error_code ignored;
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    lowest().expires_after(
+        std::min<std::chrono::milliseconds>(kMaxLingerTime, server_.options().read_timeout));
+    buffer_.clear();
+    lingered_bytes_ = 0;
+    discard_input(std::move(keep_alive));
+  }
+
+ private:
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  template <typename Done>
+  void on_request_started(const error_code& ec, std::size_t bytes_read, Done done) {
+    // A connection's first request runs under the header deadline from accept: a silent client counts.
+    if (ec == beast::error::timeout && phase_.first_request) server_.count_header_timeout();
+    if (ec || server_.stopping()) {  // peer closed, idle timeout, or server stopping
+      lowest().close();
+      return;
+    }
+    buffer_.commit(bytes_read);
+    read_request(std::move(done));
+  }
+
+  // Headers first, under the header deadline; then the body, if any, under what is left of the
+  // whole-request deadline. Both run from the request's first byte (from accept for the first request).
+  template <typename Done>
+  void read_request(Done done) {
+    const auto started = phase_.first_request ? phase_.since : std::chrono::steady_clock::now();
+    phase_.first_request = false;
+    phase_.request_deadline = started + server_.options().read_timeout;
+    lowest().expires_at(header_deadline(started, server_.options()));
+    phase_.phase = Phase::kReadingHeader;
+    phase_.since = started;
+    parser_.emplace();
+    parser_->header_limit(server_.options().max_header_bytes);
+    parser_->body_limit(server_.options().max_body_bytes);
+    bhttp::async_read_header(
+        stream_, buffer_, *parser_,
+        [this, done = std::move(done)](const error_code& ec, std::size_t /*bytes_read*/) mutable {
+          on_header(ec, std::move(done));
+        });
+  }
+
+  template <typename Done>
+  void on_header(const error_code& ec, Done done) {
+    if (ec == beast::error::timeout) {
+      server_.count_header_timeout();
+      spdlog::debug("HTTP connection closed: request headers incomplete after the header timeout");
+    }
+    if (ec || parser_->is_done()) {
+      done(ec);
+      return;
+    }
+    phase_.phase = Phase::kReadingBody;
+    phase_.since = std::chrono::steady_clock::now();
+    lowest().expires_at(phase_.request_deadline);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [done = std::move(done)](const error_code& read_error,
+                                               std::size_t /*bytes_read*/) mutable { done(read_error); });
+  }
+
+  template <typename KeepAlive>
+  void discard_input(KeepAlive keep_alive) {
+    stream_.async_read_some(
+        buffer_.prepare(read_chunk_bytes_),
+        [this, keep_alive = std::move(keep_alive)](const error_code& ec, std::size_t bytes_read) mutable {
+          lingered_bytes_ += bytes_read;
+          if (ec || lingered_bytes_ > kMaxLingerBytes) {
+            lowest().close();
+            return;
+          }
+          discard_input(std::move(keep_alive));
+        });
+  }
+
+  Stream& stream_;
+  detail::ServerCore& server_;  // the session holds the owning reference
+  ConnectionPhase& phase_;
+  beast::flat_buffer buffer_;  // bounded: a client can never make us buffer more than the limits
+  std::size_t read_chunk_bytes_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::size_t lingered_bytes_ = 0;
+};
+
+// What a request that could not be read is answered with.
+struct Rejection {
+  bhttp::status status;
+  std::string_view body;
+};
+
+// nullopt: the peer went away, the read deadline passed (beast::error::timeout) or the server is
+// shutting down, and the connection just closes.
+std::optional<Rejection> rejection_for(const error_code& ec) {
+  if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
+    return Rejection{bhttp::status::request_header_fields_too_large, "request header too large\n"};
+  }
+  if (ec == bhttp::error::body_limit)
+    return Rejection{bhttp::status::payload_too_large, "request body too large\n"};
+  if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
+      ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
+    return std::nullopt;
+  }
+  return Rejection{bhttp::status::bad_request, "bad request\n"};
+}
+
+Request request_from(const bhttp::request<bhttp::string_body>& message) {
+  Request request;
+  request.method = std::string(message.method_string());
+  request.target = std::string(message.target());
+  request.accept_encoding = joined_values(message, bhttp::field::accept_encoding);
+  if (const auto authorization = message.find(bhttp::field::authorization); authorization != message.end()) {
+    request.authorization = std::string(authorization->value());
+  }
+  return request;
+}
+
+Response call_handler(const Handler& handler, const Request& request) {
+  try {
+    Response response = handler(request);
+    if (response.status < 100 || response.status > 999) {
+      throw std::out_of_range("invalid HTTP status " + std::to_string(response.status));
+    }
+    return response;
+  } catch (const std::exception& error) {
+    spdlog::error("HTTP handler failed for {} {}: {}", request.method, loggable(request.target),
+                  error.what());
+  } catch (...) {
+    spdlog::error("HTTP handler failed for {} {}: unknown exception", request.method,
+                  loggable(request.target));
+  }
+  Response failure;
+  failure.status = 500;
+  failure.content_type = std::string(kPlainTextType);
+  failure.body = "internal server error\n";
+  return failure;
+}
+
+// The response being written, with the body it points into: owned, or shared with the handler (its
+// cached exposition or gzip), gzipped here when the client accepts it.
+class OutgoingResponse {
+ public:
+  explicit OutgoingResponse(int gzip_level) : gzip_level_(gzip_level) {}
+
+  void prepare(Response response, const Request& request, unsigned version, bool keep_alive, bool head_only) {
+    const bool negotiable = response.compressible || response.precompressed_gzip != nullptr;
+    const bool gzip_encoded =
+        negotiable && accepts_gzip(request.accept_encoding) && take_gzip(response, request);
+    if (!gzip_encoded) {
+      if (response.shared_body != nullptr) {
+        shared_body_ = std::move(response.shared_body);
+      } else {
+        owned_body_ = std::move(response.body);
+      }
+    }
+    const std::string& body = shared_body_ != nullptr ? *shared_body_ : owned_body_;
+
+    start_message(response.status, version);
+    if (!response.content_type.empty()) message_.set(bhttp::field::content_type, response.content_type);
+    if (gzip_encoded) message_.set(bhttp::field::content_encoding, "gzip");
+    if (negotiable) message_.set(bhttp::field::vary, "Accept-Encoding");
+    for (const auto& [name, value] : response.extra_headers) message_.insert(name, value);
+    message_.keep_alive(keep_alive);
+    // Set explicitly (never prepare_payload) so that HEAD reports the length a GET would get.
+    message_.content_length(body.size());
+    if (!head_only) message_.body() = beast::span<const char>(body.data(), body.size());
+  }
+
+  void prepare_plain(bhttp::status status, std::string_view body, unsigned version, bool keep_alive) {
+    shared_body_.reset();
+    owned_body_.assign(body);
+    start_message(static_cast<unsigned>(status), version);
+    message_.set(bhttp::field::content_type, kPlainTextType);
+    message_.keep_alive(keep_alive);
+    message_.content_length(owned_body_.size());
+    message_.body() = beast::span<const char>(owned_body_.data(), owned_body_.size());
+  }
+
+  bhttp::response<bhttp::span_body<const char>>& message() { return message_; }
+
+  // After the write: frees the body, or drops our reference to the handler's.
+  void release() {
+    message_ = {};
+    shared_body_.reset();
+    owned_body_ = std::string();
+  }
+
+ private:
+  static const std::string& plain_body(const Response& response) {
+    return response.shared_body != nullptr ? *response.shared_body : response.body;
+  }
+
+  // The gzip body for a client that accepts gzip: the handler's own, or compressed here when the body is
+  // worth it; false when the plain body is to be sent.
+  bool take_gzip(Response& response, const Request& request) {
+    if (response.precompressed_gzip != nullptr) {
+      shared_body_ = std::move(response.precompressed_gzip);
+      return true;
+    }
+    if (!response.compressible || plain_body(response).size() < kMinCompressibleBodyBytes) return false;
+    try {
+      owned_body_ = gzip_compress(plain_body(response), gzip_level_);
+      return true;
+    } catch (const std::exception& error) {
+      spdlog::warn("gzip failed, sending {} uncompressed: {}", loggable(request.target), error.what());
+    }
+    return false;
+  }
+
+  void start_message(unsigned status, unsigned version) {
+    message_ = {};
+    message_.result(status);
+    message_.version(version);
+    message_.set(bhttp::field::server, kServerName);
+  }
+
+  int gzip_level_;
+  // Points into owned_body_ or *shared_body_, which stay untouched until the write completes.
+  bhttp::response<bhttp::span_body<const char>> message_;
+  std::string owned_body_;
+  std::shared_ptr<const std::string> shared_body_;
+};
+
+// Calls the handler and prepares its response, or a 500 when that response cannot be sent as is.
+void answer(OutgoingResponse& out, const detail::ServerCore& server, const Request& request, unsigned version,
+            bool keep_alive, bool head_only) {
+  Response response = call_handler(server.handler(), request);
+  try {
+    // The handler may have called stop(); the connection must then close after this response.
+    out.prepare(std::move(response), request, version, keep_alive && !server.stopping(), head_only);
+  } catch (const std::exception& error) {
+    // E.g. an extra header Beast cannot hold; an exception must never escape into io_context::run().
+    spdlog::error("HTTP response for {} {} is unusable: {}", request.method, loggable(request.target),
+                  error.what());
+    out.prepare_plain(bhttp::status::internal_server_error, "internal server error\n", version, keep_alive);
+  }
+}
+
+template <typename Stream>
+Stream make_stream(tcp::socket socket, asio::ssl::context* tls) {
+  if constexpr (std::is_same_v<Stream, TlsStream>) {
+    return Stream(std::move(socket), *tls);
+  } else {
+    (void)tls;
+    return Stream(std::move(socket));
+  }
+}
+
+// Stream is beast::tcp_stream (plain HTTP) or TlsStream; a TLS session handshakes first, under the header
+// deadline, so that a client that never finishes its handshake holds its slot no longer than a silent one.
+template <typename Stream>
+class Session final : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
+  using Phase = ConnectionPhase::Phase;
+
+ public:
+  Session(std::shared_ptr<detail::ServerCore> server, tcp::socket socket, asio::ip::address peer,
+          std::shared_ptr<asio::ssl::context> tls)
+      : server_(std::move(server)),
+        tls_(std::move(tls)),
+        stream_(make_stream<Stream>(std::move(socket), tls_.get())),
+        reader_(stream_, *server_, phase_),
+        response_(server_->options().gzip_level),
+        peer_(std::move(peer)) {
+    server_->add_session(this, peer_);
+  }
+  ~Session() override { server_->remove_session(this, peer_); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void start() {
+    // The first request's deadlines run from accept, so a silent connection is cut off too.
+    phase_.since = std::chrono::steady_clock::now();
+    lowest().expires_at(header_deadline(phase_.since, server_->options()));
+    if constexpr (std::is_same_v<Stream, TlsStream>) {
+      stream_.async_handshake(
+          asio::ssl::stream_base::server,
+          [self = this->shared_from_this()](const error_code& ec) { self->on_handshake(ec); });
+    } else {
+      read_next();
+    }
+  }
+
+  std::optional<int> eviction_rank() const override { return phase_.eviction_rank(); }
+  std::chrono::steady_clock::time_point phase_since() const override { return phase_.since; }
 
   // Closes at once and leaves the server's accounting now, so that the slot is free for the newcomer
   // before the aborted operations complete.
@@ -509,21 +828,12 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void on_server_stop() override {
     // Only connections waiting for a new request are closed; the others finish their exchange and
     // then close because the response carries "Connection: close".
-    if (phase_ == Phase::kAwaitingRequest) lowest().close();
+    if (phase_.phase == Phase::kAwaitingRequest) lowest().close();
   }
 
   void force_close() override { lowest().close(); }
 
  private:
-  static Stream make_stream(tcp::socket socket, asio::ssl::context* tls) {
-    if constexpr (kTls) {
-      return Stream(std::move(socket), *tls);
-    } else {
-      (void)tls;
-      return Stream(std::move(socket));
-    }
-  }
-
   // The TCP layer: deadlines, close and shutdown always act on it.
   beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
 
@@ -535,90 +845,11 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       lowest().close();
       return;
     }
-    await_request();
+    read_next();
   }
 
-  enum class Phase { kAwaitingRequest, kReadingHeader, kReadingBody, kHandling, kWriting, kLingering };
-
-  std::chrono::steady_clock::time_point header_deadline(std::chrono::steady_clock::time_point started) const {
-    const ServerOptions& options = server_->options();
-    return started + std::min(options.header_timeout, options.read_timeout);
-  }
-
-  static std::size_t read_buffer_limit(const ServerOptions& options) {
-    const std::uint64_t headroom = std::uint64_t{options.max_header_bytes} + kReadBufferSlackBytes;
-    const std::uint64_t limit =
-        options.max_body_bytes > UINT64_MAX - headroom ? UINT64_MAX : options.max_body_bytes + headroom;
-    return static_cast<std::size_t>(std::min<std::uint64_t>(limit, SIZE_MAX));
-  }
-
-  // Waits for the first byte of the next request under the idle timeout, so that the (shorter)
-  // header and whole-request deadlines only start once the client actually sends something.
-  void await_request() {
-    if (buffer_.size() > 0) {  // a pipelined request is already buffered
-      read_request();
-      return;
-    }
-    phase_ = Phase::kAwaitingRequest;
-    if (!first_request_) {
-      phase_since_ = std::chrono::steady_clock::now();
-      lowest().expires_after(server_->options().idle_keepalive_timeout);
-    }
-    stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
-                            [self = this->shared_from_this()](const error_code& ec, std::size_t bytes_read) {
-                              self->on_request_started(ec, bytes_read);
-                            });
-  }
-
-  void on_request_started(const error_code& ec, std::size_t bytes_read) {
-    // A connection's first request runs under the header deadline from accept: a silent client counts.
-    if (ec == beast::error::timeout && first_request_) server_->count_header_timeout();
-    if (ec || server_->stopping()) {  // peer closed, idle timeout, or server stopping
-      lowest().close();
-      return;
-    }
-    buffer_.commit(bytes_read);
-    read_request();
-  }
-
-  // Headers first, under the header deadline; then the body, if any, under what is left of the
-  // whole-request deadline. Both run from the request's first byte (from accept for the first request).
-  void read_request() {
-    const auto started = first_request_ ? phase_since_ : std::chrono::steady_clock::now();
-    first_request_ = false;
-    request_deadline_ = started + server_->options().read_timeout;
-    lowest().expires_at(header_deadline(started));
-    phase_ = Phase::kReadingHeader;
-    phase_since_ = started;
-    parser_.emplace();
-    parser_->header_limit(server_->options().max_header_bytes);
-    parser_->body_limit(server_->options().max_body_bytes);
-    bhttp::async_read_header(stream_, buffer_, *parser_,
-                             [self = this->shared_from_this()](
-                                 const error_code& ec, std::size_t /*bytes_read*/) { self->on_header(ec); });
-  }
-
-  void on_header(const error_code& ec) {
-    if (ec) {
-      if (ec == beast::error::timeout) {
-        server_->count_header_timeout();
-        spdlog::debug("HTTP connection closed: request headers incomplete after the header timeout");
-      }
-      on_read_failure(ec);
-      return;
-    }
-    if (parser_->is_done()) {
-      on_request(ec);
-      return;
-    }
-    phase_ = Phase::kReadingBody;
-    phase_since_ = std::chrono::steady_clock::now();
-    lowest().expires_at(request_deadline_);
-    bhttp::async_read(
-        stream_, buffer_, *parser_,
-        [self = this->shared_from_this()](const error_code& read_error, std::size_t /*bytes_read*/) {
-          self->on_request(read_error);
-        });
+  void read_next() {
+    reader_.read_next([self = this->shared_from_this()](const error_code& ec) { self->on_request(ec); });
   }
 
   void on_request(const error_code& ec) {
@@ -631,208 +862,67 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       return;
     }
     server_->count_request();
-    const auto& message = parser_->get();
+    const auto& message = reader_.request();
     const bool keep_alive = message.keep_alive() && !server_->stopping();
     const unsigned version = message.version() == 10 ? 10U : 11U;
     const bhttp::verb method = message.method();
-
     if (method != bhttp::verb::get && method != bhttp::verb::head) {
-      prepare_plain(bhttp::status::method_not_allowed, "method not allowed\n", version, keep_alive);
-      response_.set(bhttp::field::allow, "GET, HEAD");
+      response_.prepare_plain(bhttp::status::method_not_allowed, "method not allowed\n", version, keep_alive);
+      response_.message().set(bhttp::field::allow, "GET, HEAD");
       send();
       return;
     }
+    const Request request = request_from(message);
+    reader_.release_request();  // the request is copied out; free its memory before the handler runs
 
-    Request request;
-    request.method = std::string(message.method_string());
-    request.target = std::string(message.target());
-    request.accept_encoding = joined_values(message, bhttp::field::accept_encoding);
-    if (const auto authorization = message.find(bhttp::field::authorization);
-        authorization != message.end()) {
-      request.authorization = std::string(authorization->value());
-    }
-    parser_.reset();  // the request is copied out; free its memory before the handler runs
-
-    phase_ = Phase::kHandling;
-    Response response = call_handler(request);
-    try {
-      // The handler may have called stop(); the connection must then close after this response.
-      prepare_response(std::move(response), request, version, keep_alive && !server_->stopping(),
-                       method == bhttp::verb::head);
-    } catch (const std::exception& error) {
-      // E.g. an extra header Beast cannot hold; an exception must never escape into io_context::run().
-      spdlog::error("HTTP response for {} {} is unusable: {}", request.method, loggable(request.target),
-                    error.what());
-      prepare_plain(bhttp::status::internal_server_error, "internal server error\n", version, keep_alive);
-    }
+    phase_.phase = Phase::kHandling;
+    answer(response_, *server_, request, version, keep_alive, method == bhttp::verb::head);
     send();
   }
 
   void on_read_failure(const error_code& ec) {
-    if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
-      reject_request(bhttp::status::request_header_fields_too_large, "request header too large\n");
-    } else if (ec == bhttp::error::body_limit) {
-      reject_request(bhttp::status::payload_too_large, "request body too large\n");
-    } else if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message ||
-               ec.category() != bhttp::make_error_code(bhttp::error::bad_method).category()) {
-      // Peer went away, read deadline passed (beast::error::timeout) or the server is shutting down.
+    const std::optional<Rejection> rejection = rejection_for(ec);
+    if (!rejection) {
       spdlog::debug("HTTP connection closed while reading a request: {}", ec.message());
       lowest().close();
-    } else {
-      reject_request(bhttp::status::bad_request, "bad request\n");
+      return;
     }
-  }
-
-  void reject_request(bhttp::status status, std::string_view body) {
     server_->count_bad_request();
-    spdlog::debug("HTTP request rejected with {}", static_cast<unsigned>(status));
-    prepare_plain(status, body, 11, false);
+    spdlog::debug("HTTP request rejected with {}", static_cast<unsigned>(rejection->status));
+    response_.prepare_plain(rejection->status, rejection->body, 11, false);
     send();
   }
 
-  Response call_handler(const Request& request) {
-    try {
-      Response response = server_->handler()(request);
-      if (response.status < 100 || response.status > 999) {
-        throw std::out_of_range("invalid HTTP status " + std::to_string(response.status));
-      }
-      return response;
-    } catch (const std::exception& error) {
-      spdlog::error("HTTP handler failed for {} {}: {}", request.method, loggable(request.target),
-                    error.what());
-    } catch (...) {
-      spdlog::error("HTTP handler failed for {} {}: unknown exception", request.method,
-                    loggable(request.target));
-    }
-    Response failure;
-    failure.status = 500;
-    failure.content_type = std::string(kPlainTextType);
-    failure.body = "internal server error\n";
-    return failure;
-  }
-
-  static const std::string& plain_body(const Response& response) {
-    return response.shared_body != nullptr ? *response.shared_body : response.body;
-  }
-
-  void prepare_response(Response response, const Request& request, unsigned version, bool keep_alive,
-                        bool head_only) {
-    const bool negotiable = response.compressible || response.precompressed_gzip != nullptr;
-    const bool client_accepts_gzip = negotiable && accepts_gzip(request.accept_encoding);
-    bool gzip_encoded = false;
-    if (client_accepts_gzip && response.precompressed_gzip != nullptr) {
-      shared_body_ = std::move(response.precompressed_gzip);
-      gzip_encoded = true;
-    } else if (client_accepts_gzip && response.compressible &&
-               plain_body(response).size() >= kMinCompressibleBodyBytes) {
-      try {
-        owned_body_ = gzip_compress(plain_body(response), server_->options().gzip_level);
-        gzip_encoded = true;
-      } catch (const std::exception& error) {
-        spdlog::warn("gzip failed, sending {} uncompressed: {}", loggable(request.target), error.what());
-      }
-    }
-    if (!gzip_encoded) {
-      if (response.shared_body != nullptr) {
-        shared_body_ = std::move(response.shared_body);
-      } else {
-        owned_body_ = std::move(response.body);
-      }
-    }
-    const std::string& body = shared_body_ != nullptr ? *shared_body_ : owned_body_;
-
-    response_ = {};
-    response_.result(response.status);
-    response_.version(version);
-    response_.set(bhttp::field::server, kServerName);
-    if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
-    if (gzip_encoded) response_.set(bhttp::field::content_encoding, "gzip");
-    if (negotiable) response_.set(bhttp::field::vary, "Accept-Encoding");
-    for (const auto& [name, value] : response.extra_headers) response_.insert(name, value);
-    response_.keep_alive(keep_alive);
-    // Set explicitly (never prepare_payload) so that HEAD reports the length a GET would get.
-    response_.content_length(body.size());
-    if (!head_only) response_.body() = beast::span<const char>(body.data(), body.size());
-  }
-
-  void prepare_plain(bhttp::status status, std::string_view body, unsigned version, bool keep_alive) {
-    shared_body_.reset();
-    owned_body_.assign(body);
-    response_ = {};
-    response_.result(status);
-    response_.version(version);
-    response_.set(bhttp::field::server, kServerName);
-    response_.set(bhttp::field::content_type, kPlainTextType);
-    response_.keep_alive(keep_alive);
-    response_.content_length(owned_body_.size());
-    response_.body() = beast::span<const char>(owned_body_.data(), owned_body_.size());
-  }
-
   void send() {
-    phase_ = Phase::kWriting;
+    phase_.phase = Phase::kWriting;
     lowest().expires_after(server_->options().write_timeout);
-    bhttp::async_write(stream_, response_,
+    bhttp::async_write(stream_, response_.message(),
                        [self = this->shared_from_this()](
                            const error_code& ec, std::size_t /*bytes_written*/) { self->on_written(ec); });
   }
 
   void on_written(const error_code& ec) {
     // Beast reports end_of_stream after a complete response that announced "Connection: close".
-    const bool must_close = !response_.keep_alive() || ec == bhttp::error::end_of_stream;
-    response_ = {};
-    shared_body_.reset();
-    owned_body_ = std::string();
+    const bool must_close = !response_.message().keep_alive() || ec == bhttp::error::end_of_stream;
+    response_.release();
     if (ec && ec != bhttp::error::end_of_stream) {
       spdlog::debug("HTTP response write failed: {}", ec.message());
       lowest().close();
       return;
     }
     if (must_close || server_->stopping()) {
-      linger_then_close();
+      reader_.linger_then_close(this->shared_from_this());
       return;
     }
-    await_request();
-  }
-
-  // Half-closes, then discards input until the peer closes or a short deadline passes.
-  void linger_then_close() {
-    phase_ = Phase::kLingering;
-    error_code ignored;
-    lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
-    lowest().expires_after(
-        std::min<std::chrono::milliseconds>(kMaxLingerTime, server_->options().read_timeout));
-    buffer_.clear();
-    lingered_bytes_ = 0;
-    discard_input();
-  }
-
-  void discard_input() {
-    stream_.async_read_some(buffer_.prepare(read_chunk_bytes_),
-                            [self = this->shared_from_this()](const error_code& ec, std::size_t bytes_read) {
-                              self->lingered_bytes_ += bytes_read;
-                              if (ec || self->lingered_bytes_ > kMaxLingerBytes) {
-                                self->lowest().close();
-                                return;
-                              }
-                              self->discard_input();
-                            });
+    read_next();
   }
 
   std::shared_ptr<detail::ServerCore> server_;
   std::shared_ptr<asio::ssl::context> tls_;  // null for plain HTTP; outlives stream_, which refers to it
   Stream stream_;
-  beast::flat_buffer buffer_;  // bounded: a client can never make us buffer more than the limits
-  std::size_t read_chunk_bytes_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;  // a parser serves one request
-  // Points into owned_body_ or *shared_body_, which stay untouched until the write completes.
-  bhttp::response<bhttp::span_body<const char>> response_;
-  std::string owned_body_;
-  std::shared_ptr<const std::string> shared_body_;
-  Phase phase_ = Phase::kAwaitingRequest;
-  std::chrono::steady_clock::time_point phase_since_;
-  std::chrono::steady_clock::time_point request_deadline_;
-  bool first_request_ = true;
-  std::size_t lingered_bytes_ = 0;
+  ConnectionPhase phase_;
+  RequestReader<Stream> reader_;  // refers to stream_ and phase_
+  OutgoingResponse response_;
   asio::ip::address peer_;  // peer_of() the remote address: what max_connections_per_peer counts
 };
 
