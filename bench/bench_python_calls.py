@@ -9,25 +9,29 @@ prometheus_client, and multiprocess mode needs PROMETHEUS_MULTIPROC_DIR before t
   child inc (counter), child set (gauge), child observe (histogram, 30 buckets like SGLang's inter-token
   latency), and metric.labels(**kw).observe(v) with the tokenizer's labels (model_name, engine_type,
   is_streaming), for
-  (a) prometheus_client 0.25.0 (the oracle's vendored copy, ../shared/reference/sglang-oracle/vendor),
-  (b) Debian's prometheus_client (0.16, /usr/lib/python3/dist-packages),
-  (c) rankstat with the CPython extension rankstat._fastpath,
-  (d) rankstat's pure-Python fallback (RANKSTAT_NO_FASTPATH=1).
+  (a) prometheus_client as /usr/bin/python3 imports it (Debian's python3-prometheus-client, 0.16 on
+      Debian 12; its version is printed),
+  (b) rankstat with the CPython extension rankstat._fastpath,
+  (c) rankstat's pure-Python fallback (RANKSTAT_NO_FASTPATH=1).
   rankstat is measured through rankstat.metrics (Counter/Gauge/Histogram) when that module imports,
   else through the rankstat._accel types directly.
-Part 2, SGLang's real collector code: the oracle driver's --time N (drive.py runs the tree's real
-metrics_collector.py) with --backend prom and with the rankstat plugin, per tree, ratios per hot method.
+Part 2, SGLang's collector methods: the engine oracle's `replay.py --trace sglang/<c8>.trace.json --time N`
+(bench/engine_oracle.py) for every recorded SGLang version, three ways: prometheus_client (as in part 1),
+rankstat's plugin (rankstat.sglang:stat_loggers, plus rankstat.sglang:install where the version has no
+hooks) and a backend that does nothing (bench/null_backend.py: the engine's floor, what the recorded
+metric operations cost with Python methods that do nothing; rankstat's C methods can come out at or below
+it). The replay times the methods' metric operations only (the engine's own Python work is not
+replayed), so its ratios are larger than with the engine running.
 
-Target (issue 11 item 6): rankstat >= 5x cheaper per call than both prometheus_client versions, and for
-log_stats and observe_one_finished_request. The last line of stdout is one JSON object (run_bench.py
-reads it). Uses only the Python standard library.
+Target (issue 11 item 6): rankstat >= 5x cheaper per call than prometheus_client, and for log_stats and
+observe_one_finished_request. The last line of stdout is one JSON object (run_bench.py reads it). Uses
+only the Python standard library.
 """
 
 import argparse
 import glob
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -35,13 +39,11 @@ import sys
 import tempfile
 import time
 
+import engine_oracle
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
-ORACLE = os.path.join(SHARED, "reference", "sglang-oracle")
-VENDORED = os.path.join(ORACLE, "vendor", "prometheus_client-0.25.0")
-SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-SYSTEM_DIST = "/usr/lib/python3/dist-packages"
+SYSTEM_PYTHON = engine_oracle.SYSTEM_PYTHON
 
 # SGLang's tokenizer labels for a request-level histogram (stream_labels in observe_one_finished_request).
 LABELS = {"model_name": "Qwen/Qwen3-8B", "engine_type": "unified", "is_streaming": "true"}
@@ -56,7 +58,6 @@ OPS = [
      "hf.labels(**kw).observe(0.05)"),
 ]
 IMPLEMENTATIONS = [
-    ("prom-0.25.0", "prometheus_client 0.25.0 (vendored), multiprocess"),
     ("prom-system", "prometheus_client (Debian), multiprocess"),
     ("rankstat-fast", "rankstat, C extension"),
     ("rankstat-slow", "rankstat, ctypes fallback"),
@@ -64,6 +65,7 @@ IMPLEMENTATIONS = [
 HOT_METHODS = ["scheduler.log_stats", "scheduler.increment_realtime_tokens", "tokenizer.observe_one_finished_request",
                "tokenizer.observe_time_to_first_token", "tokenizer.observe_inter_token_latency"]
 TARGET_METHODS = ("scheduler.log_stats", "tokenizer.observe_one_finished_request")
+SIDES = ("prom", "rankstat", "null")
 TARGET = 5.0
 
 
@@ -87,23 +89,14 @@ def worker_prometheus(which, number, repeat):
     mpdir = tempfile.mkdtemp(prefix="bench-calls-mp-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = mpdir
     try:
-        if which == "prom-0.25.0":
-            sys.path.insert(0, VENDORED)
         import prometheus_client
+        from importlib.metadata import version as dist_version
         from prometheus_client import Counter, Gauge, Histogram
-        version = getattr(prometheus_client, "__version__", None)
-        if version is None:
-            try:
-                from importlib.metadata import version as dist_version
-                version = dist_version("prometheus_client")
-            except Exception:
-                version = "unknown"
-        if which == "prom-0.25.0":
-            version = "0.25.0"
+        version = dist_version("prometheus_client")  # 0.16 has no __version__
         names = list(LABELS)
         c = Counter("bench_requests_total", "requests", ["model_name"]).labels("m")
-        # SGLang's gauges are mostrecent; Debian's 0.16 predates that mode (all: the default).
-        mode = "mostrecent" if which == "prom-0.25.0" else "all"
+        # SGLang's gauges are mostrecent; versions before 0.18 do not have that mode (all: the default).
+        mode = "mostrecent" if "mostrecent" in getattr(Gauge, "_MULTIPROC_MODES", ()) else "all"
         g = Gauge("bench_queue", "queue", ["model_name"], multiprocess_mode=mode).labels("m")
         hf = Histogram("bench_latency_seconds", "latency", names, buckets=BUCKETS)
         h = hf.labels(**LABELS)
@@ -215,75 +208,77 @@ def measure(which, args, env):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def oracle_trees():
-    return sorted(glob.glob(os.path.join(ORACLE, "trees", "*")))
-
-
-def tree_has_hooks(tree):
-    for path in glob.glob(os.path.join(tree, "python", "**", "metrics_collector.py"), recursive=True):
-        with open(path, encoding="utf-8") as f:
-            if "_counter_cls" in f.read():
-                return True
-    return False
-
-
-def run_oracle(tree, backend_args, env, number):
-    argv = [SYSTEM_PYTHON, os.path.join(ORACLE, "drive.py"), "--tree", tree, "--quiet", "--time", str(number),
-            *backend_args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
-    times = {}
-    for line in result.stderr.splitlines():
-        m = re.match(r"ORACLE-TIME (\S+) ([0-9.eE+-]+) us", line)
-        if m:
-            times[m.group(1)] = float(m.group(2))
-    summary = next((line for line in result.stderr.splitlines() if line.startswith("# ORACLE ")), "")
-    out = {"times_us": times, "returncode": result.returncode, "summary": summary}
-    if result.returncode != 0 or not times:
-        out["error"] = result.stderr.strip()[-1500:]
-    return out
+def shm_dir(prefix):
+    return tempfile.mkdtemp(prefix=prefix, dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
 
 
 def oracle_part(args, env):
-    """SGLang's real collector methods, prometheus_client vs the rankstat plugin, per tree."""
-    if not os.path.exists(os.path.join(ORACLE, "drive.py")):
-        return {"available": False, "reason": f"the SGLang oracle is absent ({os.path.relpath(ORACLE, ROOT)})"}
+    """SGLang's collector methods replayed from the engine oracle's traces: prometheus_client, the
+    rankstat plugin and the null backend, per recorded version."""
+    reason = engine_oracle.missing()
+    if reason:
+        return {"available": False, "reason": reason}
     probe = subprocess.run([SYSTEM_PYTHON, "-c", "import rankstat.sglang as s; s.stat_loggers; s.install"],
                            capture_output=True, text=True, timeout=120, env=env)
     if probe.returncode != 0:
         return {"available": False, "reason": "rankstat.sglang.stat_loggers is not available: " +
                 (probe.stderr.strip().splitlines() or ["?"])[-1]}
-    trees = {}
-    for tree in oracle_trees():
-        name = os.path.basename(tree)
-        hooks = tree_has_hooks(tree)
-        plugin = ["--backend", "plugin:rankstat.sglang:stat_loggers"]
-        if not hooks:  # SGLang before the stat-logger hooks: the adapter swaps the metric classes
-            plugin += ["--setup", "rankstat.sglang:install"]
-        shm = tempfile.mkdtemp(prefix="bench-calls-oracle-",
-                               dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
-        try:
-            log(f"oracle {name}: --backend prom --time {args.oracle_number}")
-            prom_env = dict(env)
-            prom_env.pop("PYTHONPATH", None)
-            prom = run_oracle(tree, ["--backend", "prom"], prom_env, args.oracle_number)
-            log(f"oracle {name}: {' '.join(plugin)} --time {args.oracle_number}")
-            ours = run_oracle(tree, plugin, dict(env, RANKSTAT_SHM_DIR=shm, RANKSTAT_INSTANCE="benchoracle"),
-                              args.oracle_number)
-        finally:
-            shutil.rmtree(shm, ignore_errors=True)
-        trees[name] = {"hooks": hooks, "prom": prom, "rankstat": ours, "plugin_args": plugin}
-    return {"available": True, "number": args.oracle_number, "trees": trees}
+    versions = {}
+    for trace in engine_oracle.sglang_traces():
+        name = os.path.basename(trace).split(".")[0]
+        runs = {}
+        for side in SIDES:
+            log(f"oracle {name}: replay.py {' '.join(engine_oracle.backend_args(side, trace))} --time "
+                f"{args.oracle_number}")
+            shm = shm_dir("bench-calls-oracle-")
+            try:
+                side_env = dict(env, RANKSTAT_SHM_DIR=shm, RANKSTAT_INSTANCE="benchoracle") if side == "rankstat" \
+                    else env
+                runs[side] = engine_oracle.replay_time(trace, side, args.oracle_number, side_env)
+            finally:
+                shutil.rmtree(shm, ignore_errors=True)
+            runs[side]["hot_status"] = {m: engine_oracle.hot_status(runs[side], m) for m in HOT_METHODS}
+        versions[name] = {"hooks": engine_oracle.trace_facts(trace).get("resolve_collector_class") is not None,
+                          "args": {side: engine_oracle.backend_args(side, trace) for side in SIDES}, **runs}
+    return {"available": True, "number": args.oracle_number, "versions": versions}
+
+
+def hot_us(run, method):
+    """A side's figure for a hot call, or None where it is not the engine's recorded path."""
+    if run.get("hot_status", {}).get(method) != "ok":
+        return None
+    return run["times_us"].get(method)
+
+
+def cell(run, method):
+    value = hot_us(run, method)
+    if value is not None:
+        return fmt(value)
+    status = run.get("hot_status", {}).get(method, "not timed")
+    if "DIVERGED" in status:
+        return "n/a (diverged)"
+    return "n/a (not timed)" if status == "not timed" else "n/a (failed)"
+
+
+def ratio(a, b):
+    return f"{a / b:.1f}x" if a and b else "n/a"
 
 
 def fmt(value):
     return "-" if value is None else f"{value:.3g}"
 
 
+def prom_version(results):
+    r = next((r for r in results["implementations"] if r["implementation"] == "prom-system"), {})
+    return r.get("version") or results.get("prometheus_client", "?")
+
+
 def table(results):
     by = {r["implementation"]: r for r in results["implementations"]}
+    prom = f"prometheus_client {prom_version(results)}"
     lines = []
     header = ["call, best us per call"] + [label for key, label in IMPLEMENTATIONS] + [
-        "fast vs 0.25.0", "fast vs Debian", f">= {TARGET:g}x", "fallback vs 0.25.0"]
+        f"fast vs {prom}", f">= {TARGET:g}x", f"fallback vs {prom}"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
     all_met = True
@@ -297,19 +292,10 @@ def table(results):
                 row.append(fmt(best[impl]))
             else:
                 row.append("n/a")
-        fast = best.get("rankstat-fast")
-        ratios = []
-        for anchor in ("prom-0.25.0", "prom-system"):
-            if fast and best.get(anchor):
-                ratios.append(best[anchor] / fast)
-                row.append(f"{best[anchor] / fast:.1f}x")
-            else:
-                row.append("n/a")
-        met = bool(ratios) and fast is not None and all(r >= TARGET for r in ratios)
+        fast, slow, anchor = best.get("rankstat-fast"), best.get("rankstat-slow"), best.get("prom-system")
+        met = bool(fast and anchor) and anchor / fast >= TARGET
         all_met = all_met and met
-        row.append("yes" if met else "**no**")
-        slow = best.get("rankstat-slow")
-        row.append(f"{best['prom-0.25.0'] / slow:.1f}x" if slow and best.get("prom-0.25.0") else "n/a")
+        row += [ratio(anchor, fast), "yes" if met else "**no**", ratio(anchor, slow)]
         lines.append("| " + " | ".join(row) + " |")
     notes = []
     for impl, label in IMPLEMENTATIONS:
@@ -317,45 +303,49 @@ def table(results):
         if "error" in r:
             notes.append(f"{label}: not measured: {r['error'].splitlines()[-1] if r['error'] else '?'}")
         elif impl.startswith("prom-"):
-            notes.append(f"{label}: version {r.get('version')}, gauge mode {r.get('gauge_mode')}")
+            notes.append(f"{label}: version {r.get('version')} ({r.get('path')}), gauge mode {r.get('gauge_mode')}")
         else:
             notes.append(f"{label}: through {r.get('through')}")
     oracle = results.get("oracle") or {}
     lines.append("")
     if not oracle.get("available"):
-        lines.append(f"SGLang's real collector methods (oracle --time): not available: {oracle.get('reason', 'skipped')}")
+        lines.append(f"SGLang's collector methods (engine oracle, replay.py --time): not available: "
+                     f"{oracle.get('reason', 'skipped')}")
     else:
-        lines.append(f"SGLang's real collector methods (oracle drive.py --time {oracle['number']}), best us per call:")
+        lines.append(f"SGLang's collector methods, the engine oracle's replay.py --time {oracle['number']} (the "
+                     f"recorded metric operations only, best of 5), us per call:")
         lines.append("")
-        lines.append("| tree | method | prometheus_client 0.25.0 | rankstat | ratio | target | met |")
-        lines.append("|---|---|---|---|---|---|---|")
-        for name, t in oracle["trees"].items():
-            prom, ours = t["prom"]["times_us"], t["rankstat"]["times_us"]
-            if t["rankstat"].get("error") and not ours:
-                lines.append(f"| {name} | (rankstat plugin failed: "
-                             f"{t['rankstat']['error'].splitlines()[-1][:120] if t['rankstat']['error'] else '?'}) "
-                             f"| - | - | - | - | - |")
-                all_met = False
-                continue
+        lines.append(f"| version | method | {prom} | rankstat | null backend (floor) | {prom} / rankstat | "
+                     f"rankstat / floor | {prom} / floor | target | met |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        for name, v in oracle["versions"].items():
             for method in HOT_METHODS:
-                if method not in prom and method not in ours:
+                if not any(method in v[side]["times_us"] for side in SIDES):
                     continue
-                p, o = prom.get(method), ours.get(method)
-                ratio = p / o if p and o else None
+                p, o, z = (hot_us(v[side], method) for side in SIDES)
                 target = method in TARGET_METHODS
-                met = ratio is not None and ratio >= TARGET
+                met = bool(p and o) and p / o >= TARGET
                 if target:
                     all_met = all_met and met
-                lines.append(f"| {name} | {method} | {fmt(p)} | {fmt(o)} | "
-                             f"{f'{ratio:.1f}x' if ratio else 'n/a'} | {f'>= {TARGET:g}x' if target else '-'} | "
+                lines.append(f"| {name} | {method} | {cell(v['prom'], method)} | {cell(v['rankstat'], method)} | "
+                             f"{cell(v['null'], method)} | {ratio(p, o)} | {ratio(o, z)} | {ratio(p, z)} | "
+                             f"{f'>= {TARGET:g}x' if target else '-'} | "
                              f"{('yes' if met else '**no**') if target else '-'} |")
         lines.append("")
-        for name, t in oracle["trees"].items():
-            summary = t["rankstat"].get("summary", "")
-            leaked = re.search(r"families=(\d+)", summary)
-            failed = re.search(r"non_ok_calls=(\{.*\})", summary)
-            lines.append(f"{name}, rankstat run: {leaked.group(1) if leaked else '?'} families still in prometheus_client "
-                         f"(timed as part of the rankstat figures), failed calls {failed.group(1) if failed else '?'}")
+        lines.append("The floor is Python methods that do nothing: a C extension's methods (rankstat's) can cost "
+                     "less than those, so rankstat / floor near or below 1.0 means rankstat adds nothing measurable.")
+        for name, v in oracle["versions"].items():
+            for side in SIDES:
+                run = v[side]
+                if run.get("error"):
+                    lines.append(f"{name}, {side}: replay failed: {run['error'].splitlines()[-1][:160]}")
+                    continue
+                failed = run["errors"]
+                left = len(run["family_list"]) if side != "prom" else None
+                lines.append(f"{name}, {side} ({' '.join(v['args'][side])}): {len(failed)} failed block(s)"
+                             + (f" ({'; '.join(e[:120] for e in failed[:3])})" if failed else "")
+                             + (f", {left} famil{'y' if left == 1 else 'ies'} left in prometheus_client"
+                                if left is not None else ""))
     results["all_targets_met"] = all_met
     return "\n".join(lines), notes
 
@@ -363,6 +353,7 @@ def table(results):
 def run_bench_rows(results):
     """Rows for bench/run_bench.py's table (| measurement | rankstat | anchor / limit | ratio | target | met |)."""
     by = {r["implementation"]: r for r in results.get("implementations", [])}
+    prom = f"prometheus_client {prom_version(results)}"
     rows = []
 
     def best(impl, key):
@@ -370,31 +361,27 @@ def run_bench_rows(results):
         return r["ops"][key]["best_us"] if "ops" in r else None
 
     for key, label, _ in OPS:
-        fast, slow = best("rankstat-fast", key), best("rankstat-slow", key)
-        anchors = [(name, best(impl, key)) for impl, name in (("prom-0.25.0", "0.25.0"), ("prom-system", "Debian"))]
-        anchors = [(name, value) for name, value in anchors if value]
-        if fast is None or not anchors:
+        fast, slow, anchor = best("rankstat-fast", key), best("rankstat-slow", key), best("prom-system", key)
+        if fast is None or not anchor:
             rows.append(f"| Python per call (bench_python_calls.py): {label}, us | n/a | n/a | - | >= {TARGET:g}x | "
                         f"**no** |")
             continue
-        ratios = [value / fast for _, value in anchors]
         rows.append(f"| Python per call (bench_python_calls.py): {label}, us (ctypes fallback {fmt(slow)}) | "
-                    f"{fmt(fast)} | prometheus_client {' / '.join(f'{n} {fmt(v)}' for n, v in anchors)} | "
-                    f"{' / '.join(f'{r:.1f}x' for r in ratios)} faster | >= {TARGET:g}x | "
-                    f"{'yes' if min(ratios) >= TARGET else '**no**'} |")
+                    f"{fmt(fast)} | {prom} {fmt(anchor)} | {anchor / fast:.1f}x faster | >= {TARGET:g}x | "
+                    f"{'yes' if anchor / fast >= TARGET else '**no**'} |")
     oracle = results.get("oracle") or {}
     if not oracle.get("available"):
-        rows.append(f"| SGLang's real log_stats / observe_one_finished_request (oracle --time) | not available: "
-                    f"{oracle.get('reason', '-')} | - | - | >= {TARGET:g}x | pending |")
+        rows.append(f"| SGLang's log_stats / observe_one_finished_request (engine oracle replay --time) | not "
+                    f"available: {oracle.get('reason', '-')} | - | - | >= {TARGET:g}x | - |")
         return rows
-    for name, t in oracle["trees"].items():
-        prom, ours = t["prom"]["times_us"], t["rankstat"]["times_us"]
+    for name, v in oracle["versions"].items():
         for method in TARGET_METHODS:
-            p, o = prom.get(method), ours.get(method)
-            ratio = p / o if p and o else None
-            rows.append(f"| SGLang {name} real {method} (oracle --time {oracle['number']}), us | {fmt(o)} | "
-                        f"prometheus_client 0.25.0 {fmt(p)} | {f'{ratio:.1f}x faster' if ratio else 'n/a'} | "
-                        f">= {TARGET:g}x | {'yes' if ratio is not None and ratio >= TARGET else '**no**'} |")
+            p, o, z = (hot_us(v[side], method) for side in SIDES)
+            rows.append(f"| SGLang {name} {method} (engine oracle replay --time {oracle['number']}, metric "
+                        f"operations only), us | {cell(v['rankstat'], method)} | {prom} {cell(v['prom'], method)}; "
+                        f"null backend (floor) {cell(v['null'], method)} | "
+                        f"{f'{p / o:.1f}x faster' if p and o else 'n/a'} | >= {TARGET:g}x | "
+                        f"{'yes' if p and o and p / o >= TARGET else '**no**'} |")
     return rows
 
 
@@ -404,7 +391,8 @@ def main():
                                         "package finds: the newest build)")
     parser.add_argument("--quick", action="store_true", help="tiny iteration counts (a smoke run)")
     parser.add_argument("--json", help="also write the raw figures to this file")
-    parser.add_argument("--no-oracle", action="store_true", help="skip part 2 (SGLang's real collectors)")
+    parser.add_argument("--no-oracle", action="store_true",
+                        help="skip part 2 (SGLang's collector methods replayed from the engine oracle)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--number", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=0, help=argparse.SUPPRESS)
@@ -420,10 +408,6 @@ def main():
     started = time.time()
     results = {"quick": args.quick, "number": args.number, "repeat": args.repeat, "implementations": []}
     for impl, label in IMPLEMENTATIONS:
-        if impl == "prom-0.25.0" and not os.path.isdir(VENDORED):
-            log(f"skipping {label}: {os.path.relpath(VENDORED, ROOT)} is absent")
-            results["implementations"].append({"implementation": impl, "error": "the vendored copy is absent"})
-            continue
         log(f"{label}: {args.number} calls x {args.repeat} repeats per operation")
         results["implementations"].append(measure(impl, args, env))
     results["oracle"] = {"available": False, "reason": "--no-oracle"} if args.no_oracle else oracle_part(args, env)

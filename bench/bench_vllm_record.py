@@ -1,106 +1,98 @@
 #!/usr/bin/env python3
-"""vLLM's real stat logger, per engine step: `StatLoggerManager.record()` on prometheus_client multiprocess
-mode vs on rankstat (`rankstat.vllm.stat_logger()`), same machine, same run.
+"""vLLM's stat logger, per engine step: one decode step's `record()` on prometheus_client multiprocess mode,
+on rankstat (`rankstat.vllm.stat_logger()`) and on a backend that does nothing (bench/null_backend.py, the
+engine's floor), same machine, same run.
 
-The logger is vLLM's own code from the vLLM oracle (../shared/reference/vllm-oracle: loggers.py and
-stats.py at a vLLM commit, runnable without vLLM). Each side runs in its own process: the oracle's
-drive.py builds the StatLoggerManager exactly as AsyncLLM does (scenario `full`: two engines, spec
-decoding, LoRA, a KV consumer), then this script times one decode step's `record()` (2 requests, 3 new
-tokens each, a spec-decode draft, scheduler stats with KV usage), the stats objects built outside the
-timed region. Prints one JSON line; `--table` prints a table.
+The engine oracle (bench/engine_oracle.py) recorded what vLLM's own PrometheusStatLogger did to its
+metrics as AsyncLLM drove it (scenario `full`: two engines, spec decoding, LoRA, a KV consumer, perf
+stats). Each side is one `replay.py --trace vllm/13cbd441-full.trace.json --time N` in its own process:
+the replay re-performs the whole trace through the stand-in logger with that backend plugged into its
+hooks, then times engine 0's decode step (`record#1`: 2 requests, 3 new tokens each, a preemption, a
+spec-decode draft), best of 5. Only the step's metric operations are timed, pre-decoded: vLLM's own Python
+work around them is not in the figure, so the ratio is larger than with vLLM's code running (the oracle's
+README compares the two). prometheus_client is the one
+/usr/bin/python3 imports (Debian's 0.16: gauges vLLM asks to be mostrecent are written as all, see
+engine_oracle.py). Prints one JSON line; `--table` prints a table. Skips, with a message, where the
+oracle is absent.
 
-    /usr/bin/python3 bench/bench_vllm_record.py --build build/release [--quick] [--table]
+    /usr/bin/python3 bench/bench_vllm_record.py --build build/release [--quick] [--table] [--iterations N]
 """
 
 import argparse
+import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
+
+import engine_oracle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
-ORACLE = os.path.join(os.path.dirname(SOURCE), "shared", "reference", "vllm-oracle")
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+TRACE = os.path.join("vllm", "13cbd441-full.trace.json")
+HOT = "record#1"
+HOT_BLOCK = "simulate engine 0"   # the trace's block holding engine 0's records
+SIDES = (("prom", "prometheus_client"), ("rankstat", "rankstat"), ("null", "null backend"))
+KEYS = {"prom": "prometheus_client_us", "rankstat": "rankstat_us", "null": "null_us"}  # the JSON's figures
 
 
-def run_driver(backend: str, engines: str = "0,1") -> dict:
-    """drive.py's module body, run in this process as its command line would run it (it builds the
-    StatLoggerManager as AsyncLLM does, for the given engine indexes, and exercises it); its globals."""
-    drive = os.path.join(ORACLE, "drive.py")
-    sys.argv = [drive, "--scenario", "full", "--backend", backend, "--engines", engines, "--quiet"]
-    namespace = {"__name__": "__main__", "__file__": drive}
-    with open(drive) as f:
-        code = compile(f.read(), drive, "exec")
-    try:
-        exec(code, namespace)  # noqa: S102 - the oracle's own driver, run as its command line would
-    except SystemExit as e:
-        if e.code not in (0, None):
-            raise RuntimeError(f"drive.py failed with {e.code}")
-    return namespace
-
-
-def decode_steps(g: dict, base: float = 5000.0):
-    """one_step(k): the stats of one decode step at step k (2 requests, 3 new tokens each, a spec-decode
-    draft, scheduler stats with KV usage), built with the oracle's own stats classes (`g`: run_driver's)."""
-    full = g["FULL"]
-    lora_states = g["LoRARequestStates"](log_stats=full)
-    ids = ["bench-a", "bench-b"]
-    states = {i: g["RequestStateStats"](arrival_time=base) for i in ids}
-    for i in ids:
-        lora_states.request_waiting(i, None)
-
-    def one_step(k: int):
-        it = g["IterationStats"]()
-        it.iteration_timestamp = base + 0.01 * k
-        spec = g["SpecDecodingStats"].new(3) if full else None
-        for i in ids:
-            out = g["NS"](request_id=i, new_token_ids=[1, 2, 3], prefill_stats=None, num_nans_in_logits=0,
-                          events=None)
-            it.update_from_output(out, base + 0.01 * k, False, states[i], lora_states, None)
-            if spec is not None:
-                spec.observe_draft(3, 2)
-        s = g["SchedulerStats"](num_running_reqs=2, num_waiting_reqs=0, kv_cache_usage=0.2)
-        if spec is not None:
-            s.spec_decoding_stats = spec
-        return s, it
-
-    return one_step
-
-
-def measure(backend: str, iterations: int, repeats: int) -> dict:
-    """Runs in the child: drive.py's module body (which builds and exercises the manager), then the timing."""
-    g = run_driver(backend)
-    manager = g["manager"]
-    one_step = decode_steps(g)
-
-    best = None
-    for _ in range(repeats):
-        steps = [one_step(k) for k in range(iterations)]
-        start = time.perf_counter()
-        for s, it in steps:
-            manager.record(s, it, None, engine_idx=0)
-        per = (time.perf_counter() - start) / iterations * 1e6
-        best = per if best is None else min(best, per)
-    return {"record_us": best}
-
-
-def run_child(backend: str, build: str, iterations: int, repeats: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.path.join(SOURCE, "client", "python"))
+def library_env(build):
+    """The build's librankstat.so and CPython extension for the rankstat side."""
+    env = dict(os.environ)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     library = os.path.join(build, "client", "librankstat.so")
     if os.path.exists(library):
         env["RANKSTAT_LIBRARY"] = library
-    with tempfile.TemporaryDirectory(prefix="rankstat-bench-vllm-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK)
-                                     else None) as shm:
-        env["RANKSTAT_SHM_DIR"] = shm
-        proc = subprocess.run([PYTHON, os.path.abspath(__file__), "--child", backend, "--iterations", str(iterations),
-                               "--repeats", str(repeats)], env=env, cwd=ORACLE, capture_output=True, text=True,
-                              timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{backend}: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    found = sorted(glob.glob(os.path.join(build, "client", "pyext", "rankstat", "_fastpath*.so")))
+    if found:
+        env["RANKSTAT_FASTPATH"] = found[0]
+    return env
+
+
+def run(build, number):
+    trace = os.path.join(engine_oracle.oracle_dir(), TRACE)
+    version, _ = engine_oracle.prometheus_client_version()
+    out = {"available": True, "iterations": number, "trace": TRACE, "hot": HOT, "prometheus_client": version,
+           "runs": {}}
+    for side, _ in SIDES:
+        with tempfile.TemporaryDirectory(prefix="rankstat-bench-vllm-",
+                                         dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None) as shm:
+            env = dict(library_env(build), RANKSTAT_SHM_DIR=shm)
+            r = engine_oracle.replay_time(trace, side, number, env, hot=[HOT])
+        r["hot_status"] = engine_oracle.hot_status(r, HOT, HOT_BLOCK)
+        r["args"] = engine_oracle.backend_args(side, trace)
+        out["runs"][side] = r
+        out[KEYS[side]] = r["times_us"][HOT] if r["hot_status"] == "ok" else None
+    prom, ours = out["prometheus_client_us"], out["rankstat_us"]
+    out["ratio"] = prom / ours if prom and ours else None
+    return out
+
+
+def cell(result, side):
+    r = result["runs"][side]
+    if r["hot_status"] == "ok":
+        return f"{r['times_us'][HOT]:.2f}"
+    return "n/a (diverged)" if "DIVERGED" in r["hot_status"] else "n/a (failed)"
+
+
+def print_table(result):
+    prom, ours, floor = result["prometheus_client_us"], result["rankstat_us"], result["null_us"]
+
+    def ratio(a, b):
+        return f"{a / b:.1f}x" if a and b else "n/a"
+
+    print(f"| vLLM record(), engine 0's decode step (replay.py --time {result['iterations']}, {HOT}, metric "
+          f"operations only), us | prometheus_client {result['prometheus_client']} multiprocess | rankstat | "
+          f"null backend (floor) | prometheus_client / rankstat | rankstat / floor | target |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| record() | {cell(result, 'prom')} | {cell(result, 'rankstat')} | {cell(result, 'null')} | "
+          f"{ratio(prom, ours)} cheaper | {ratio(ours, floor)} | >= 5x |")
+    for side, label in SIDES:
+        r = result["runs"][side]
+        failed = r["errors"]
+        print(f"{label} ({' '.join(r['args'])}): {len(failed)} failed block(s)"
+              + (f" ({'; '.join(e[:120] for e in failed[:3])})" if failed else "")
+              + (f"; {r['error'].splitlines()[-1][:160]}" if r.get("error") else ""))
 
 
 def main() -> int:
@@ -108,28 +100,16 @@ def main() -> int:
     ap.add_argument("--build", default=os.path.join(SOURCE, "build", "release"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--table", action="store_true")
-    ap.add_argument("--iterations", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=0)
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--iterations", type=int, default=0, help="replay.py --time N (2000; --quick 50)")
     args = ap.parse_args()
-    iterations = args.iterations or (50 if args.quick else 2000)
-    repeats = args.repeats or (2 if args.quick else 7)
-    if args.child:
-        print(json.dumps(measure(args.child, iterations, repeats)))
+    number = args.iterations or (50 if args.quick else 2000)
+    reason = engine_oracle.missing()
+    if reason:
+        print(json.dumps({"available": False, "reason": reason}))
         return 0
-    if not os.path.isfile(os.path.join(ORACLE, "drive.py")):
-        print(json.dumps({"available": False, "reason": f"the vLLM oracle is absent: {ORACLE}"}))
-        return 0
-    prom = run_child("prom", args.build, iterations, repeats)
-    ours = run_child("plugin:rankstat.vllm:stat_logger", args.build, iterations, repeats)
-    ratio = prom["record_us"] / ours["record_us"]
-    result = {"available": True, "iterations": iterations, "repeats": repeats,
-              "prometheus_client_us": prom["record_us"], "rankstat_us": ours["record_us"], "ratio": ratio}
+    result = run(os.path.abspath(args.build), number)
     if args.table:
-        print("| vLLM StatLoggerManager.record(), one decode step (scenario full), us | rankstat | "
-              "prometheus_client 0.25.0 multiprocess | ratio | target |")
-        print("|---|---|---|---|---|")
-        print(f"| record() | {ours['record_us']:.2f} | {prom['record_us']:.2f} | {ratio:.1f}x cheaper | >= 5x |")
+        print_table(result)
     print(json.dumps(result))
     return 0
 

@@ -9,16 +9,18 @@ compare ratios measured in the same run, not absolute times across runs.
 
   engine side   rankstat_bench_append (C++ Reporter append vs a bare ring, same run);
                 bench_python_calls.py (per-call child inc/set/observe and labels(**kw).observe, and
-                SGLang's real collector methods through the oracle, vs prometheus_client 0.25.0 and 0.16);
-                bench_vllm_record.py (vLLM's real stat logger, record() per engine step, both ways);
+                SGLang's collector methods replayed from the engine oracle's traces, vs the
+                prometheus_client /usr/bin/python3 imports and a do-nothing backend, the engine's floor);
+                bench_vllm_record.py (vLLM's stat logger, one decode step's record(), replayed the same way);
                 the anchor's log_stats (one logged step: one gauge.labels(**labels).set per field)
   scrape        rankstatd with N real writer processes (rankstat_bench_writer, 10 logged steps/s each,
                 SGLang's scheduler metric set), scraped by rankstat_bench_scrape 150 ms apart so that
                 every rank has logged a step between two scrapes; plain and with Accept-Encoding: gzip;
                 next to the anchor's fresh CollectorRegistry + MultiProcessCollector + generate_latest
                 (+ gzip.compress) over N rank processes' files;
-                bench_vllm_scrape.py (vLLM's real stat logger in 2, 8 and 32 engine processes: rankstatd's
-                /metrics next to vLLM's API server's generate_latest over a MultiProcessCollector)
+                bench_vllm_scrape.py (vLLM's stat logger, the engine oracle's stand-in, in 2, 8 and 32
+                engine processes: rankstatd's /metrics next to vLLM's API server's generate_latest over a
+                MultiProcessCollector)
   freshness     append-to-visible delay of a probe rank while 64 ranks log 100 steps/s
   daemon cost   rankstatd CPU and RSS with 64 ranks logging 100 steps/s for 30 s, scraped every 5 s, after
                 one first scrape (timed on its own: it builds what later scrapes reuse);
@@ -26,7 +28,9 @@ compare ratios measured in the same run, not absolute times across runs.
                 integrals and window gauges cost)
   ingest        records/s drained and applied by one daemon thread (rankstat_bench_ingest)
 
-Uses only the Python standard library (the anchor needs python3-prometheus-client).
+Uses only the Python standard library (the anchor needs python3-prometheus-client). The engine oracle
+(../shared/reference/engine-oracle or $RANKSTAT_ENGINE_ORACLE) is optional: without it those rows say
+"not available".
 """
 
 import argparse
@@ -35,11 +39,12 @@ import os
 import platform
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+
+from bench_common import Daemon, fmt, median, percentile, proc_cpu_seconds, run_json, wait_for_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -51,28 +56,6 @@ PYTHON = sys.executable
 
 def log(message):
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def median(values):
-    return statistics.median(values) if values else float("nan")
-
-
-def percentile(values, p):
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def run_json(argv, timeout, env=None):
-    """Runs a command that prints one JSON object (its last line of stdout) and returns it."""
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    return json.loads(lines[-1])
 
 
 def machine_description():
@@ -96,47 +79,6 @@ def machine_description():
     return {"nproc": os.cpu_count(), "cpu_model": model, "kernel": platform.release(), "mem_gib": round(mem_gib, 1),
             "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M %Z"), "load_avg_at_start": os.getloadavg()}
-
-
-class Daemon:
-    """rankstatd on an ephemeral loopback port, reading a private shm directory."""
-
-    def __init__(self, build, shm_dir, extra=()):
-        self.address_file = os.path.join(shm_dir, "..", os.path.basename(shm_dir) + ".address")
-        self.address_file = os.path.abspath(self.address_file)
-        if os.path.exists(self.address_file):
-            os.unlink(self.address_file)
-        self.log_path = self.address_file + ".log"
-        self.log_file = open(self.log_path, "w")
-        argv = [os.path.join(build, "daemon", "rankstatd"), f"--shm.dir={shm_dir}", "--web.listen-address=127.0.0.1:0",
-                f"--web.address-file={self.address_file}", "--log.level=warn", *extra]
-        self.process = subprocess.Popen(argv, stdout=self.log_file, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while not os.path.exists(self.address_file):
-            if self.process.poll() is not None or time.time() > deadline:
-                raise RuntimeError("rankstatd did not start: " + open(self.log_path).read()[-2000:])
-            time.sleep(0.02)
-        with open(self.address_file) as f:
-            self.address = f.read().strip()
-
-    def ranks(self):
-        with urllib.request.urlopen(f"http://{self.address}/api/v1/ranks", timeout=10) as response:
-            data = json.load(response)
-        ranks = data.get("ranks", data) if isinstance(data, dict) else data
-        return len(ranks)
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log_file.close()
-        for path in (self.address_file, self.log_path):
-            if os.path.exists(path):
-                os.unlink(path)
 
 
 class Writers:
@@ -182,17 +124,6 @@ def fresh_dir(base, name):
     return path
 
 
-def wait_for_ranks(daemon, expected, timeout=30):
-    deadline = time.time() + timeout
-    seen = 0
-    while time.time() < deadline:
-        seen = daemon.ranks()
-        if seen >= expected:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"rankstatd sees {seen} of {expected} ranks")
-
-
 # ------------------------------------------------------------------------------------------------ parts
 
 
@@ -229,7 +160,7 @@ def bench_engine(args):
     argv = [PYTHON, os.path.join(HERE, "bench_python_calls.py"), "--build", args.build] + (["--quick"] if args.quick else [])
     out["python_calls"] = run_json(argv, timeout=1800)
 
-    log("engine side: vLLM's real stat logger, record() per engine step (bench_vllm_record.py)")
+    log("engine side: vLLM's stat logger, record() per engine step, replayed (bench_vllm_record.py)")
     argv = [PYTHON, os.path.join(HERE, "bench_vllm_record.py"), "--build", args.build] + (["--quick"] if args.quick else [])
     out["vllm_record"] = run_json(argv, timeout=900)
     return out
@@ -276,16 +207,9 @@ def bench_scrape(args, base):
 
 
 def bench_vllm_scrape(args):
-    log("scrape: vLLM's real stat logger in several engine processes, both ways (bench_vllm_scrape.py)")
+    log("scrape: vLLM's stat logger (stand-in) in several engine processes, both ways (bench_vllm_scrape.py)")
     argv = [PYTHON, os.path.join(HERE, "bench_vllm_scrape.py"), "--build", args.build] + (["--quick"] if args.quick else [])
     return run_json(argv, timeout=3600)
-
-
-def proc_cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
 def proc_rss_mib(pid, field="VmRSS"):
@@ -382,14 +306,6 @@ def bench_breakdown(args):
 # ------------------------------------------------------------------------------------------------ table
 
 
-def fmt(value, digits=3):
-    if value is None or value != value:
-        return "n/a"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
-
-
 def verdict(ok):
     return "yes" if ok else "**no**"
 
@@ -429,12 +345,14 @@ def engine_rows(results, lines):
         lines.extend(bench_python_calls.run_bench_rows(engine["python_calls"]))
     vllm = engine.get("vllm_record") or {}
     if vllm.get("available"):
-        lines.append(f"| vLLM's own stat logger (bench_vllm_record.py): one decode step's record(), two engines, "
-                     f"spec decoding, LoRA, us | {fmt(vllm['rankstat_us'])} | prometheus_client 0.25.0 "
-                     f"{fmt(vllm['prometheus_client_us'])} | {vllm['ratio']:.1f}x cheaper | >= 5x | "
-                     f"{verdict(vllm['ratio'] >= 5)} |")
+        ratio = vllm.get("ratio")
+        lines.append(f"| vLLM's stat logger (bench_vllm_record.py, engine oracle replay --time {vllm['iterations']}, "
+                     f"metric operations only): one decode step's record(), two engines, spec decoding, LoRA, us | "
+                     f"{fmt(vllm['rankstat_us'])} | prometheus_client {vllm.get('prometheus_client')} "
+                     f"{fmt(vllm['prometheus_client_us'])}; null backend (floor) {fmt(vllm.get('null_us'))} | "
+                     f"{f'{ratio:.1f}x cheaper' if ratio else 'n/a'} | >= 5x | {verdict(bool(ratio) and ratio >= 5)} |")
     elif vllm:
-        lines.append(f"| vLLM's own stat logger: record() per step | n/a | {vllm.get('reason', 'not available')} | - | "
+        lines.append(f"| vLLM's stat logger: record() per step | not available: {vllm.get('reason', '-')} | - | - | "
                      f">= 5x | - |")
     anchor_step = engine["anchor_step"]
     step_us = anchor_step["log_stats_us_median"]

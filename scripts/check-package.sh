@@ -185,7 +185,7 @@ outside_prefix=$(grep -v "^${prefix}/" "${build}/install_manifest.txt" || true)
 for file in bin/rankstatd bin/rankstat etc/default/rankstatd lib/systemd/system/rankstatd.service \
   lib/systemd/system/rankstatd.socket lib/sysusers.d/rankstatd.conf lib/tmpfiles.d/rankstatd.conf include/rankstat/reporter.hpp \
   include/rankstat/rankstat.h include/rankstat/shmproto/segment.hpp share/doc/rankstat/operations.md \
-  lib/python3/dist-packages/rankstat/__init__.py; do
+  lib/python3/dist-packages/rankstat/__init__.py lib/python3/dist-packages/rankstat-autoload.pth; do
   [[ -e ${prefix}/${file} ]] || fail "cmake --install --prefix did not install ${file}"
 done
 libdir=$(dirname "$(find "${prefix}" -name 'librankstat.so.0' | head -1)")
@@ -250,6 +250,13 @@ if ! getent passwd rankstatd >/dev/null || ! getent group rankstat >/dev/null; t
 [[ -f /etc/default/rankstatd && -f /usr/lib/systemd/system/rankstatd.service ]] || fail "no unit or default file"
 [[ $(ldconfig -p) == *"librankstat.so.0 "* ]] || fail "librankstat.so.0 is not in the loader cache"
 echo "installed: ${version}, $(wc -l <"${work}/files.txt") paths, users rankstatd:rankstat"
+
+# The start-up file is live in Debian's python3: the variable installs rankstat, no variable imports nothing.
+autoload=$(RANKSTAT_SGLANG=1 /usr/bin/python3 -c "import sys; print('rankstat._autoload' in sys.modules)")
+[[ ${autoload} == True ]] || fail "RANKSTAT_SGLANG=1 did not install rankstat through rankstat-autoload.pth (${autoload})"
+autoload=$(env -u RANKSTAT_SGLANG -u RANKSTAT_VLLM /usr/bin/python3 -c "import sys; print('rankstat' in sys.modules)")
+[[ ${autoload} == False ]] || fail "rankstat-autoload.pth imported rankstat with neither variable set"
+echo "rankstat-autoload.pth: RANKSTAT_SGLANG=1 installs rankstat at start; unset, nothing is imported"
 
 step "dpkg -i again (an upgrade) keeps an edited /etc/default/rankstatd"
 echo 'ARGS="--log.level=debug"  # check-package' >>/etc/default/rankstatd

@@ -5,9 +5,11 @@ Processes (fork): one scheduler per rank (--attn-tp x --dp with DP attention, el
 tokenizer, and with --pd a prefill and a decode scheduler. Each process runs a tiny load model
 (load_model.py) and reports its numbers one of two ways:
 
-  --sglang-tree PATH   through SGLang's REAL collectors of an oracle tree
-                       (../shared/reference/sglang-oracle/trees/<commit>), with rankstat installed as
-                       their backend (rankstat.sglang.install()): SGLang's families, labels and buckets
+  --sglang-oracle [DIR] [--sglang-version C8 | --sglang-trace PATH]
+                       through SGLang's collector classes as the engine oracle's stand-ins play them
+                       (DIR, default $RANKSTAT_ENGINE_ORACLE or ../shared/reference/engine-oracle; the
+                       trace of SGLang commit C8, default the newest), with rankstat installed as their
+                       backend (rankstat.sglang.install()): SGLang's families, labels and buckets
   (default)            without SGLang: the scheduler's typed snapshot (Reporter.snapshot_packer, one C
                        call per step) and a few tokenizer families declared with rankstat's
                        prometheus_client-compatible classes
@@ -33,14 +35,23 @@ sys.path.insert(0, HERE)
 if importlib.util.find_spec("rankstat") is None:  # from a checkout without PYTHONPATH: the package next door
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python"))
 
+import sglang_collectors  # noqa: E402  (imports nothing of SGLang until prepare())
 from load_model import LoadModel  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shm-dir", default=None, help="segment directory (default: $RANKSTAT_SHM_DIR or /dev/shm)")
-    p.add_argument("--sglang-tree", default=None, metavar="PATH",
-                   help="report through the real SGLang collectors of this oracle tree")
+    p.add_argument("--sglang-oracle", nargs="?", const="", default=None, metavar="DIR",
+                   help="report through SGLang's collectors as the engine oracle's stand-ins play them "
+                        "(DIR: the oracle, default $RANKSTAT_ENGINE_ORACLE or ../shared/reference/engine-oracle)")
+    p.add_argument("--sglang-version", default=None, metavar="C8",
+                   help=f"the SGLang commit whose trace the stand-ins play (default "
+                        f"{sglang_collectors.NEWEST_VERSION}, the newest); implies --sglang-oracle")
+    p.add_argument("--sglang-trace", default=None, metavar="PATH",
+                   help="this trace file instead; implies --sglang-oracle")
+    # The oracle's SGLang trees are gone: say so instead of "unrecognized arguments".
+    p.add_argument("--sglang-tree", default=None, help=argparse.SUPPRESS)
     p.add_argument("--instance", default="example", help="engine instance id of the deployment")
     p.add_argument("--model-name", default="example/Qwen3-8B")
     p.add_argument("--dp", type=int, default=2, help="DP attention groups")
@@ -64,14 +75,31 @@ def parse_args(argv=None):
         p.add_argument(option, action="append", default=[], help=argparse.SUPPRESS)
     for option in ("--decode-log-interval", "--idle-refresh-seconds"):
         p.add_argument(option, type=float, default=0.0, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.sglang_tree is not None:
+        p.error("--sglang-tree: the oracle's SGLang trees are gone; use --sglang-oracle [DIR] (its stand-ins)")
+    if args.sglang_oracle is None and (args.sglang_version or args.sglang_trace):
+        args.sglang_oracle = ""
+    if args.sglang_oracle is not None:
+        explicit = bool(args.sglang_oracle or args.sglang_trace)
+        args.sglang_oracle = args.sglang_oracle or sglang_collectors.default_oracle()
+        emul = os.path.join(args.sglang_oracle, "emul")
+        if not os.path.isdir(emul) and not explicit:
+            # The oracle is an optional checkout next to the repository: without it this mode has
+            # nothing to run, which is not the engine's failure.
+            print(f"example engine: skipped: the engine oracle is absent ({emul})", file=sys.stderr)
+            raise SystemExit(0)
+        args.sglang_trace = args.sglang_trace or sglang_collectors.trace_path(args.sglang_oracle, args.sglang_version)
+        for path in (emul, args.sglang_trace):
+            if not os.path.exists(path):
+                p.error(f"{path} does not exist")
+    return args
 
 
 def _reporters(args):
-    if args.sglang_tree:
-        import sglang_tree
-        sglang_tree.prepare(args.sglang_tree)
-        return sglang_tree.SchedulerCollector, sglang_tree.TokenizerCollector
+    if args.sglang_oracle is not None:
+        sglang_collectors.prepare(args.sglang_oracle, args.sglang_trace)
+        return sglang_collectors.SchedulerCollector, sglang_collectors.TokenizerCollector
     import typed_path
     return typed_path.SchedulerReporter, typed_path.TokenizerReporter
 
@@ -94,6 +122,7 @@ def _tokenizer_main(args, extra, stop_event, finished_queue):
             continue
         for req in batch:
             reporter.finished(req)
+    getattr(reporter, "close", lambda: None)()
 
 
 def main(argv=None) -> int:
@@ -124,8 +153,8 @@ def main(argv=None) -> int:
     procs = []
     for rank in ranks:
         kw = {k: v for k, v in rank.items() if k != "reports_requests"}
-        if args.sglang_tree:  # SGLang's collectors take what SGLang passes them; the rest is the typed path's
-            kw = {k: kw[k] for k in ("model_name", "engine_type", "tp_rank", "dp_rank", "extra_labels")}
+        if args.sglang_oracle is not None:  # SGLang's collectors take what SGLang passes them
+            kw = {k: kw[k] for k in ("model_name", "engine_type", "tp_rank", "dp_rank", "extra_labels", "priorities")}
         kw["reports_requests"] = rank["reports_requests"]
         name = f"scheduler-{rank.get('rank_key') or 'tp%d' % rank['tp_rank']}"
         procs.append(ctx.Process(target=_scheduler_entry, name=name, args=(args, kw, stop, finished)))
@@ -176,6 +205,7 @@ def _scheduler_main_with(args, rank, reports, stop_event, finished_queue):
         if step.finished and reports:
             finished_queue.put(step.finished)
         time.sleep(args.step_seconds)
+    getattr(reporter, "close", lambda: None)()
     finished_queue.cancel_join_thread()
 
 

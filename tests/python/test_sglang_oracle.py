@@ -1,76 +1,45 @@
-"""SGLang's own collectors, unchanged, through rankstat: the same exposition as prometheus_client.
+"""SGLang's own collectors through rankstat: the same exposition as prometheus_client, at every version the
+engine oracle has a trace of.
 
-For every tree of the SGLang metrics oracle (../shared/reference/sglang-oracle/trees/<commit>: SGLang's
-real metrics_collector.py at one commit, runnable without SGLang), drive.py makes the same collector
-calls twice: once on prometheus_client in multiprocess mode (the reference), once on rankstat
-(`--backend plugin:rankstat.sglang:stat_loggers`, plus the install adapter) while a rankstatd from this
-build serves the live segment. Every family must come out identical: HELP, TYPE and the sorted sample
-lines (`pid="…"` normalised, as drive.py normalises the reference). No collector call may fail and
-nothing may leak into prometheus_client.
+Each trace (../shared/reference/engine-oracle/sglang/<commit>.trace.json) is what SGLang's collector code did
+to its metric objects; replay.py performs it again through stand-ins of SGLang's collector classes, with
+rankstat plugged in the way SGLang lets a backend in, while a rankstatd from this build serves the process's
+segment. Every family must come out as prometheus_client served it (`.expected.prom`): HELP, TYPE and the
+sorted sample lines. No block of the trace may fail and nothing may be left in prometheus_client.
 
-On trees with the stat-logger hooks the backend is stat_loggers() alone (it also reaches the collectors
-SGLang builds without a role, such as EncoderMetricsCollector); on trees without them, the documented
-adapter rankstat.sglang:install (--setup). promtool must find nothing in rankstatd's exposition that it
-does not find in prometheus_client's.
+On versions with the stat-logger hooks the backend is stat_loggers() alone (it also reaches the collectors
+SGLang builds without a role, such as EncoderMetricsCollector); on versions without them, the documented
+adapter rankstat.sglang.install (--setup). The environment-variable way in (RANKSTAT_SGLANG=1) is
+test_engine_autoload's."""
 
-Skipped, with a message, where ../shared is absent."""
-
-import os
 import unittest
-from typing import List
 
-from oracle_compare import EngineOracleCase
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.environ.get("RANKSTAT_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
-ORACLE = os.path.join(os.path.dirname(os.path.abspath(SOURCE)), "shared", "reference", "sglang-oracle")
-TREES = os.path.join(ORACLE, "trees")
+from oracle_compare import (ABSENT, EngineOracleCase, add_version_tests, available, expected_exposition,
+                            has_hooks, load_trace, trace_names, trace_path)
 
 
-def trees() -> List[str]:
-    if not os.path.isdir(TREES):
-        return []
-    return sorted(t for t in os.listdir(TREES) if os.path.isdir(os.path.join(TREES, t)))
+def backend_args(trace: dict):
+    args = ["--backend", "plugin:rankstat.sglang:stat_loggers"]
+    if not has_hooks(trace):  # the documented one-call adapter for SGLang without the hooks
+        args += ["--setup", "rankstat.sglang:install"]
+    return args
 
 
-def has_hooks(tree: str) -> bool:
-    path = os.path.join(TREES, tree, "python", "sglang", "srt", "observability", "metrics_collector.py")
-    with open(path) as f:
-        return "_counter_cls" in f.read()
-
-
-def failed_calls(summary: dict) -> List[str]:
-    bad = list(summary.get("errors", []))
-    for role, c in summary.get("collectors", {}).items():
-        bad += [f"{role}.{m}: {s}" for m, s in c.get("calls", {}).items() if not s.startswith("ok")]
-        if str(c.get("how", "")).startswith("ERROR"):
-            bad.append(f"{role}: {c['how']}")
-    bad += [f"{k}: {s}" for k, s in summary.get("direct_calls", {}).items() if s != "ok"]
-    return bad
-
-
-@unittest.skipUnless(trees(), f"the SGLang oracle is absent ({TREES}); this test needs ../shared beside the repository")
+@unittest.skipUnless(available(), ABSENT)
 class SGLangCollectorsThroughRankstat(EngineOracleCase):
-    def check_tree(self, tree: str):
-        ref_text = self.reference(ORACLE, ["--tree", os.path.join("trees", tree)], tree)
-        args = ["--tree", os.path.join(TREES, tree), "--backend", "plugin:rankstat.sglang:stat_loggers"]
-        if not has_hooks(tree):  # the documented one-call adapter for SGLang without the hooks
-            args += ["--setup", "rankstat.sglang:install"]
-        text, summary = self.through_rankstat(ORACLE, args, tree)
-        self.assertEqual(failed_calls(summary), [], f"{tree}: collector calls failed through rankstat")
-        self.assertEqual(summary.get("family_list"), [], f"{tree}: families leaked into prometheus_client")
-        self.check_same_exposition(tree, ref_text, text)
+    def check_version(self, name: str):
+        trace = load_trace("sglang", name)
+        text, summary = self.replay_through_rankstat(trace_path("sglang", name), backend_args(trace), name)
+        self.check_replay_ran(name, summary)
+        self.check_same_exposition(name, expected_exposition("sglang", name), text)
+
+    def test_the_oracle_has_sglang_versions_with_and_without_the_hooks(self):
+        hooked = [has_hooks(load_trace("sglang", n)) for n in trace_names("sglang")]
+        self.assertIn(True, hooked)
+        self.assertIn(False, hooked)
 
 
-def _add_tree_tests():
-    for tree in trees():
-        def test(self, tree=tree):
-            self.check_tree(tree)
-        test.__name__ = f"test_tree_{tree}_gives_prometheus_clients_exposition"
-        setattr(SGLangCollectorsThroughRankstat, test.__name__, test)
-
-
-_add_tree_tests()
+add_version_tests(SGLangCollectorsThroughRankstat, "sglang", "check_version", "sglang_{version}_gives_prometheus_clients_exposition")
 
 if __name__ == "__main__":
     unittest.main()

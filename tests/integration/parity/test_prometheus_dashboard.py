@@ -1,8 +1,14 @@
 """SGLang's Grafana dashboard works unchanged: a real Prometheus server (Debian's, loopback, temporary
-storage, a free port) scrapes rankstatd while the Python example engine reports through SGLang's REAL
-collectors (the newest tree of the oracle in ../shared, with rankstat as their backend), and every
-PromQL expression of deploy/grafana/sglang-dashboard.json (SGLang's queries) returns data, with
-Grafana's variables substituted ($__rate_interval -> 15s, $model_name and $instance -> .*)."""
+storage, a free port) scrapes rankstatd while the Python example engine reports through SGLang's
+collector classes as the engine oracle's stand-ins play them (the newest SGLang trace, live numbers,
+rankstat as their backend), and every PromQL expression of deploy/grafana/sglang-dashboard.json
+(SGLang's queries) returns data, with Grafana's variables substituted ($__rate_interval -> 15s,
+$model_name and $instance -> .*).
+
+The stand-ins repeat SGLang's recorded path: a family that path never writes could not return data
+whatever the engine does. Every family the dashboard reads is on it (log_stats sets the four gauges
+from SchedulerStats fields, observe_time_to_first_token and observe_one_finished_request observe the
+two histograms from their arguments), so no query is exempt."""
 
 import json
 import math
@@ -20,9 +26,11 @@ SOURCE = os.environ.get("RANKSTAT_SOURCE_DIR", os.path.dirname(os.path.dirname(o
 ENGINE = os.path.join(SOURCE, "deploy", "example_engine_py", "engine.py")
 DASHBOARD = os.path.join(SOURCE, "deploy", "grafana", "sglang-dashboard.json")
 REFERENCE = os.path.join(os.path.dirname(SOURCE), "shared", "reference", "sglang-monitoring", "sglang-dashboard.json")
-TREES = os.path.join(os.path.dirname(SOURCE), "shared", "reference", "sglang-oracle", "trees")
-# The newest oracle tree (see ../shared/reference/sglang-oracle/README.md).
-NEWEST_TREE = os.path.join(TREES, "6a7c8a1d")
+ORACLE = os.environ.get("RANKSTAT_ENGINE_ORACLE") or os.path.join(os.path.dirname(SOURCE), "shared", "reference",
+                                                                   "engine-oracle")
+# The newest SGLang commit the oracle has a trace of (its README).
+NEWEST_VERSION = "6a7c8a1d"
+NEWEST_TRACE = os.path.join(ORACLE, "sglang", f"{NEWEST_VERSION}.trace.json")
 SUBSTITUTIONS = {"$__rate_interval": "15s", "$model_name": ".*", "$instance": ".*"}
 
 
@@ -39,7 +47,8 @@ def substitute(expr: str) -> str:
 
 
 @unittest.skipUnless(shutil.which("prometheus"), "needs Debian's prometheus")
-@unittest.skipUnless(os.path.isdir(NEWEST_TREE), f"SGLang's collectors (the oracle in ../shared) are absent: {NEWEST_TREE}")
+@unittest.skipUnless(os.path.isfile(NEWEST_TRACE) and os.path.isdir(os.path.join(ORACLE, "emul")),
+                     f"the engine oracle (SGLang's collectors as stand-ins) is absent: {ORACLE}")
 class DashboardQueriesOnARealPrometheus(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -49,8 +58,9 @@ class DashboardQueriesOnARealPrometheus(unittest.TestCase):
         try:
             cls.daemon = Daemon(cls.shm.path, cls.files.path)
             env = dict(os.environ, RANKSTAT_SHM_DIR=cls.shm.path)
-            cls.engine = Child([sys.executable, ENGINE, "--shm-dir", cls.shm.path, "--sglang-tree", NEWEST_TREE,
-                                "--arrival-rate", "15", "--duration", "300"], env=env,
+            cls.engine = Child([sys.executable, ENGINE, "--shm-dir", cls.shm.path, "--sglang-oracle", ORACLE,
+                                "--sglang-version", NEWEST_VERSION, "--arrival-rate", "15", "--duration", "300"],
+                               env=env,
                                log_path=os.path.join(cls.files.path, "engine.log"))
             config = os.path.join(cls.files.path, "prometheus.yml")
             with open(config, "w") as f:
@@ -94,6 +104,8 @@ class DashboardQueriesOnARealPrometheus(unittest.TestCase):
             if child is not None:
                 child = child.child if name == "daemon" else child
                 statuses[name] = child.terminate(timeout=20)
+                if name == "engine":
+                    statuses["engine log"] = child.log()
                 setattr(cls, name, None)
         cls.shm.cleanup()
         cls.files.cleanup()
@@ -104,6 +116,10 @@ class DashboardQueriesOnARealPrometheus(unittest.TestCase):
         statuses = cls._stop_all()
         if statuses.get("engine") != 0:
             raise AssertionError(f"the example engine exited with {statuses.get('engine')} on SIGTERM")
+        # Each process prints what of SGLang's recorded operations raised (and was skipped) when it stops:
+        # with rankstat under the collectors that would be an operation rankstat refuses.
+        if "raised and were skipped" in statuses.get("engine log", ""):
+            raise AssertionError("rankstat refused operations of SGLang's collectors:\n" + statuses["engine log"])
 
     def query(self, expr: str):
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -133,6 +149,8 @@ class DashboardQueriesOnARealPrometheus(unittest.TestCase):
         # The panels without a filter draw one line per series: the ranks and per-priority series are there.
         running = self.query("sglang:num_running_reqs")
         self.assertGreaterEqual(len({s["metric"].get("tp_rank") for s in running}), 2)
+        # (the total has priority="", which Prometheus stores as no label)
+        self.assertLessEqual({None, "0"}, {s["metric"].get("priority") for s in running})
         # SGLang's own collectors' gauges are integrated too (rankstatd's default --aggregate.integrate), per
         # rank and with the collectors' labels.
         def integrated():

@@ -12,9 +12,11 @@ them from. Two ways in (docs/sglang.md):
   The subclasses are attributes of this module with stable names (RankstatSchedulerMetricsCollector,
   ...), created on first access, so pickling ServerArgs into spawned scheduler processes works.
 
-* Any SGLang, including versions before the hooks: `rankstat.sglang.install()` once per process (a
-  `sitecustomize` reaches spawned schedulers too). Every collector class SGLang's module defines then
-  builds rankstat metrics, whether or not stat_loggers names it.
+* Any SGLang, including versions before the hooks: `RANKSTAT_SGLANG=1` in the environment of
+  `python -m sglang.launch_server` (the package's start-up file runs `install()` in every process, spawned
+  schedulers included: rankstat._autoload), or `rankstat.sglang.install()` once per process. Every
+  collector class SGLang's module defines then builds rankstat metrics, whether or not stat_loggers names
+  it, with its metric-class hooks set where the version has them.
 
 Either way the routing-key GaugeHistogram families, which SGLang builds on prometheus_client.Gauge
 directly, are built while prometheus_client's classes are swapped for rankstat's (under a lock,
@@ -26,15 +28,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.abc
-import importlib.util
 import inspect
-import sys
 import threading
 from contextlib import contextmanager
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
-from .. import backend
+from .. import _import_hook, backend
 from ..metrics import Counter, Gauge, Histogram, Summary
 
 COLLECTOR_MODULE = "sglang.srt.observability.metrics_collector"
@@ -50,6 +49,8 @@ ROLE_CLASSES = {
 SUBCLASS_PREFIX = "Rankstat"
 
 _METRIC_CLASSES = {"Counter": Counter, "Gauge": Gauge, "Histogram": Histogram, "Summary": Summary}
+# SGLang's metric-class hooks (class attributes of its collectors' mixin, None by default) and what they take.
+_HOOKS = {"_" + name.lower() + "_cls": cls for name, cls in _METRIC_CLASSES.items()}
 _swap_lock = threading.RLock()
 
 
@@ -119,10 +120,7 @@ def _make_subclass(class_name: str) -> type:
         "__module__": __name__,
         "__qualname__": name,
         "__doc__": f"SGLang's {class_name}, building its metrics in the process's rankstat segment.",
-        "_counter_cls": Counter,
-        "_gauge_cls": Gauge,
-        "_histogram_cls": Histogram,
-        "_summary_cls": Summary,
+        **_HOOKS,
         "__init__": _building_rankstat_metrics(base.__init__, class_name),
     }
     return type(name, (base,), namespace)
@@ -168,9 +166,19 @@ def _has_hooks(module) -> bool:
     return hasattr(module, "resolve_collector_class")
 
 
+def _set_unset_hooks(cls: type) -> None:
+    """Points every metric-class hook `cls` has and nobody set at rankstat's class. SGLang's code takes
+    other branches with a hook set (at 6a7c8a1d, one observe() per token instead of reaching into the
+    histogram child), the ones its stat_loggers subclasses get: the same behaviour whichever way in."""
+    for hook, rankstat_cls in _HOOKS.items():
+        if hook in dir(cls) and getattr(cls, hook) is None:
+            setattr(cls, hook, rankstat_cls)
+
+
 def patch_collector_module(module, *, routed_roles: bool = True) -> list:
-    """Wraps __init__ of every collector class `module` defines; returns the names wrapped. With
-    routed_roles=False, classes that the module routes through stat_loggers are left to it."""
+    """Wraps __init__ of every collector class `module` defines, and sets the metric-class hooks of those
+    that have them; returns the names wrapped. With routed_roles=False, classes that the module routes
+    through stat_loggers are left to it."""
     routed = {c for c, _ in ROLE_CLASSES.values()} if (_has_hooks(module) and not routed_roles) else set()
     wrapped = []
     for name, obj in list(vars(module).items()):
@@ -179,61 +187,24 @@ def patch_collector_module(module, *, routed_roles: bool = True) -> list:
         init = obj.__dict__.get("__init__")
         if init is None or hasattr(init, "__rankstat_wraps__"):
             continue
+        _set_unset_hooks(obj)
         obj.__init__ = _building_rankstat_metrics(init, name)
         wrapped.append(name)
     return wrapped
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, inner, routed_roles: bool):
-        self._inner, self._routed_roles = inner, routed_roles
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module):
-        self._inner.exec_module(module)
-        patch_collector_module(module, routed_roles=self._routed_roles)
-
-    def __getattr__(self, name):  # get_source, get_filename, ... for inspect and tracebacks
-        return getattr(self._inner, name)
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    def __init__(self, routed_roles: bool):
-        self.routed_roles = routed_roles
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != COLLECTOR_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader, self.routed_roles)
-                return spec
-        return None
-
-
 _install_lock = threading.Lock()
-_installed: Optional[_PatchOnImport] = None
+_routed_roles = False   # whether install() (every collector) or only install_unrouted() was asked for
 
 
 def _install(routed_roles: bool) -> None:
-    global _installed
+    global _routed_roles
     with _install_lock:
-        module = sys.modules.get(COLLECTOR_MODULE)
-        if module is not None:
-            patch_collector_module(module, routed_roles=routed_roles)
-        if _installed is None:
-            # SGLang's module is patched when something imports it, so importing rankstat from a
-            # sitecustomize costs no SGLang import at interpreter start.
-            _installed = _PatchOnImport(routed_roles)
-            sys.meta_path.insert(0, _installed)
-        elif routed_roles:
-            _installed.routed_roles = True
+        _routed_roles = _routed_roles or routed_roles
+        routed = _routed_roles
+    # SGLang's module is patched when something imports it, so installing from the start-up file costs no
+    # SGLang import at interpreter start.
+    _import_hook.patch_module(COLLECTOR_MODULE, lambda module: patch_collector_module(module, routed_roles=routed))
 
 
 def install() -> None:

@@ -17,49 +17,86 @@ core's stats: that process gets one segment, `rankstat.<instance>.tokenizer.pid<
 
 from __future__ import annotations
 
+import functools
 import importlib
-import os
+import inspect
 import threading
-from typing import Any, Dict
+from types import ModuleType
+from typing import Any, Callable, Dict
 
-from .. import backend
-from ..metrics import Counter, Gauge, Histogram
+from .. import _import_hook, backend
+from .._autoload import enabled
+from ..metrics import Counter, Gauge, Histogram, Summary
 from ..sglang import prometheus_classes_swapped
 
 LOGGER_MODULE = "vllm.v1.metrics.loggers"
 SUBCLASS_NAME = "RankstatPrometheusStatLogger"
 
+_METRIC_CLASSES = {"Counter": Counter, "Gauge": Gauge, "Histogram": Histogram, "Summary": Summary}
 _HOOKS = {"_gauge_cls": Gauge, "_counter_cls": Counter, "_histogram_cls": Histogram}
 # PrometheusStatLogger's helper-class hooks, each a class that builds a few families with hooks of its own.
 _HELPER_HOOKS = ("_spec_decoding_cls", "_perf_metrics_cls", "_kv_connector_cls", "_ec_connector_cls")
+# Per-step methods: they update metrics and build none (no class swap on the engine's hot path).
+_HOT_METHODS = frozenset({"record"})
 
 _lock = threading.Lock()
 
 
-def _with_rankstat_metrics(base: type) -> type:
-    """A subclass of `base` whose metric-class hooks it has are rankstat's, built while prometheus_client's
-    classes are swapped for rankstat's (for code that imports them at call time)."""
-    namespace: Dict[str, Any] = {name: cls for name, cls in _HOOKS.items() if hasattr(base, name)}
-    init = base.__init__
-
+def _building_in_segment(init: Callable) -> Callable:
+    """`init` naming the process's segment first, then running with prometheus_client's classes swapped
+    for rankstat's (vLLM before the metric-class hooks builds through prometheus_client's module)."""
+    @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         backend.segment().hint_identity("tokenizer", {})
         with prometheus_classes_swapped():
             init(self, *args, **kwargs)
+    __init__.__rankstat_wraps__ = init
+    return __init__
 
-    namespace.update(__init__=__init__, __module__=__name__, __qualname__="Rankstat" + base.__name__,
+
+def _swapping(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def swapped(self, *args, **kwargs):
+        with prometheus_classes_swapped():
+            return method(self, *args, **kwargs)
+    swapped.__rankstat_wraps__ = method
+    return swapped
+
+
+def _wrapped_methods(cls: type, public: bool) -> Dict[str, Callable]:
+    """The constructor and, with `public`, every public method of `cls` but the per-step ones, wrapped so
+    that metrics they build are rankstat's whatever the version: vLLM builds vllm:cache_config_info in
+    log_engine_initialized(), after its constructor, and without the hooks through prometheus_client's
+    module attribute. (A helper class builds its metrics in its constructor, which the logger's runs.)"""
+    out: Dict[str, Callable] = {}
+    for name, fn in inspect.getmembers(cls, inspect.isfunction):
+        if hasattr(fn, "__rankstat_wraps__") or getattr(fn, "__isabstractmethod__", False):
+            continue
+        if name == "__init__":
+            out[name] = _building_in_segment(fn)
+        elif public and not name.startswith("_") and name not in _HOT_METHODS:
+            out[name] = _swapping(fn)
+    return out
+
+
+def _with_rankstat_metrics(base: type, public: bool) -> type:
+    """A subclass of `base` whose metric-class hooks it has are rankstat's, built while prometheus_client's
+    classes are swapped for rankstat's (for code that imports them at call time)."""
+    namespace: Dict[str, Any] = {name: cls for name, cls in _HOOKS.items() if hasattr(base, name)}
+    namespace.update(_wrapped_methods(base, public))
+    namespace.update(__module__=__name__, __qualname__="Rankstat" + base.__name__,
                      __doc__=f"vLLM's {base.__name__}, building its metrics in the process's rankstat segment.")
     return type("Rankstat" + base.__name__, (base,), namespace)
 
 
 def _make_logger_class() -> type:
     base = importlib.import_module(LOGGER_MODULE).PrometheusStatLogger
-    cls = _with_rankstat_metrics(base)
+    cls = _with_rankstat_metrics(base, public=True)
     cls.__qualname__ = cls.__name__ = SUBCLASS_NAME
     for hook in _HELPER_HOOKS:
         helper = getattr(base, hook, None)
         if isinstance(helper, type):
-            setattr(cls, hook, _with_rankstat_metrics(helper))
+            setattr(cls, hook, _with_rankstat_metrics(helper, public=False))
     return cls
 
 
@@ -82,10 +119,6 @@ def _make_disabled_plugin() -> type:
     return RankstatDisabled
 
 
-def _enabled_by_environment() -> bool:
-    return os.environ.get("RANKSTAT_VLLM", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def __getattr__(name: str):
     # Created on first access, module attributes with stable names, so pickling and entry points find them.
     if name == SUBCLASS_NAME:
@@ -95,7 +128,7 @@ def __getattr__(name: str):
                 found = globals()[name] = _make_logger_class()
         return found
     if name == "VllmStatLoggerPlugin":
-        return stat_logger() if _enabled_by_environment() else _make_disabled_plugin()
+        return stat_logger() if enabled("RANKSTAT_VLLM") else _make_disabled_plugin()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -105,4 +138,36 @@ def stat_logger() -> type:
     return __getattr__(SUBCLASS_NAME)
 
 
-__all__ = ["stat_logger", "SUBCLASS_NAME", "LOGGER_MODULE"]
+def patch_logger_module(module: ModuleType) -> bool:
+    """In place, for every logger the installed vLLM builds: PrometheusStatLogger's and its helper classes'
+    metric-class hooks set to rankstat's, its constructor and public methods building in the process's
+    segment, and prometheus_client's classes bound into the module at import (vLLM without the hooks)
+    replaced. Returns False where the module has no PrometheusStatLogger. Idempotent."""
+    base = getattr(module, "PrometheusStatLogger", None)
+    if not isinstance(base, type):
+        return False
+    with _lock:
+        if base.__dict__.get("__rankstat_patched__"):
+            return True
+        for cls in [base] + [h for h in (getattr(base, a, None) for a in _HELPER_HOOKS) if isinstance(h, type)]:
+            for hook, rankstat_cls in _HOOKS.items():
+                if hasattr(cls, hook):
+                    setattr(cls, hook, rankstat_cls)
+        for name, fn in _wrapped_methods(base, public=True).items():
+            setattr(base, name, fn)
+        import prometheus_client
+        for name, rankstat_cls in _METRIC_CLASSES.items():
+            if getattr(module, name, None) is getattr(prometheus_client, name):
+                setattr(module, name, rankstat_cls)
+        base.__rankstat_patched__ = True
+    return True
+
+
+def install() -> None:
+    """What RANKSTAT_VLLM=1 does in every process (rankstat._autoload): vLLM's logger module is patched in
+    place (patch_logger_module) when vLLM imports it, so every vLLM V1 with or without the metric-class
+    hooks, and with or without the stat-logger plugin group, logs through rankstat. Idempotent."""
+    _import_hook.patch_module(LOGGER_MODULE, patch_logger_module)
+
+
+__all__ = ["stat_logger", "install", "patch_logger_module", "SUBCLASS_NAME", "LOGGER_MODULE"]
