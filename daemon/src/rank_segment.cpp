@@ -201,7 +201,11 @@ void RankSegment::set_integrals(const IntegralSettings* settings, bool snapshot_
 
 void RankSegment::settle_integrals(std::uint64_t now_ns) {
   if (!integrals_.enabled()) return;
-  integrals_.settle(std::min(producer().heartbeat_ns, now_ns), series_);
+  // A live writer that reports on events holds its last value until now: silence is "unchanged", not
+  // "gone" (a gauge held 3 s after its last set accrues those 3 s). A writer that steps on a clock
+  // heartbeats every step, and a stalled, dead or closed one held its values until its last sign of life.
+  const bool held_until_now = state_ == RankState::kLive && !producer().reports_steps;
+  integrals_.settle(held_until_now ? now_ns : std::min(producer().heartbeat_ns, now_ns), series_);
 }
 
 void RankSegment::refresh_cumulative() {

@@ -1,6 +1,10 @@
 // The one liveness rule rankstatd and rankstat --direct share (shmproto/liveness.hpp).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <optional>
+#include <string>
 
 #include "rankstat/shmproto/liveness.hpp"
 
@@ -19,10 +23,19 @@ shm::SegmentHeader writer(std::uint64_t start_ticks = 4242) {
   return h;
 }
 
+// A writer that steps on a clock (it has reported scheduler snapshots), its last sign of life `age_ns` ago.
 shm::ProducerState heartbeat_age(std::uint64_t age_ns, bool closed = false) {
   shm::ProducerState p;
   p.heartbeat_ns = kNow - age_ns;
   p.closed = closed;
+  p.reports_steps = true;
+  return p;
+}
+
+// A writer that has only sent metric updates (an engine's own collectors on the metric classes).
+shm::ProducerState events_only(std::uint64_t age_ns) {
+  shm::ProducerState p = heartbeat_age(age_ns);
+  p.reports_steps = false;
   return p;
 }
 
@@ -87,4 +100,30 @@ TEST_CASE("state names are the ones the API and the CLI show") {
   CHECK_FALSE(shm::is_live(RankState::kDead));
   CHECK(shm::is_final(RankState::kClosed));
   CHECK_FALSE(shm::is_final(RankState::kStalled));
+}
+
+TEST_CASE("a writer that reports on events only is LIVE however long it is idle, and DEAD once gone") {
+  CHECK(judge(writer(), events_only(3600 * kSecond), probe(Status::kFound, 4242)) == RankState::kLive);
+  CHECK(judge(writer(), events_only(3600 * kSecond), std::nullopt) == RankState::kLive);
+  CHECK(judge(writer(), events_only(0), probe(Status::kGone)) == RankState::kDead);
+  CHECK(judge(writer(), events_only(0), probe(Status::kFound, 9999)) == RankState::kDead);
+}
+
+TEST_CASE("a process that has exited but is not reaped yet is gone, not alive") {
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  // Until the parent reaps it, the child is a zombie whose /proc entry, start time included, stays.
+  shm::ProcessStart seen;
+  for (int i = 0; i < 500; ++i) {
+    seen = shm::probe_process_start(static_cast<std::uint32_t>(child));
+    if (seen.status == Status::kGone) break;
+    usleep(2000);
+  }
+  CHECK(seen.status == Status::kGone);
+  CHECK(access(("/proc/" + std::to_string(child) + "/stat").c_str(), F_OK) == 0);  // not reaped yet
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(shm::probe_process_start(static_cast<std::uint32_t>(child)).status == Status::kGone);
+  CHECK(shm::probe_process_start(static_cast<std::uint32_t>(getpid())).status == Status::kFound);
 }

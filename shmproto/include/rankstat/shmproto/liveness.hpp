@@ -3,8 +3,12 @@
 //
 //   CLOSED   the writer said goodbye (`closed`, release-stored on a clean exit);
 //   DEAD     the writer's process is gone, or its pid now names another process (start time differs);
-//   STALLED  alive, but no append or heartbeat for longer than the stall threshold (a long step);
+//   STALLED  alive, but no append or heartbeat for longer than the stall threshold (a long step), for a
+//            writer that steps on a clock (it has reported a typed scheduler snapshot: ProducerState::
+//            reports_steps). A writer that reports on events only (the metric classes under an engine's
+//            own collectors) is never STALLED: an idle tokenizer or an empty queue sends nothing;
 //   LIVE     otherwise.
+// A process that has exited but is not reaped yet (a zombie) is DEAD (probe_process_start).
 // CLOSED and DEAD are final for a generation. A process check that could not be made (out of
 // descriptors, no permission on /proc, a torn read) says nothing about the process: the previous verdict
 // stands, and at first sight the heartbeat alone decides. Never "dead" for want of a file descriptor.
@@ -78,7 +82,8 @@ inline RankState judge_liveness(const SegmentHeader& identity, const ProducerSta
         break;
     }
   }
-  if (now_ns > producer.heartbeat_ns && now_ns - producer.heartbeat_ns > stall_after_ns)
+  if (producer.reports_steps && now_ns > producer.heartbeat_ns &&
+      now_ns - producer.heartbeat_ns > stall_after_ns)
     return RankState::kStalled;
   return RankState::kLive;
 }

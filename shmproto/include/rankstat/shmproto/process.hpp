@@ -43,9 +43,9 @@ inline std::uint64_t realtime_ns() {
 // kUnknown, never kGone: unknown is not dead, and a reader must keep its previous verdict.
 struct ProcessStart {
   enum class Status : std::uint8_t { kFound, kGone, kUnknown };
-  Status status = Status::kUnknown;
-  std::uint64_t ticks = 0;  // field 22 (start time in clock ticks since boot) when kFound
-  int error = 0;            // errno of the failed check when kUnknown (0 for a parse failure)
+  Status status = Status::kUnknown;  // kGone too for a zombie: exited, not yet reaped
+  std::uint64_t ticks = 0;           // field 22 (start time in clock ticks since boot) when kFound
+  int error = 0;                     // errno of the failed check when kUnknown (0 for a parse failure)
 };
 
 // Field 22 of /proc/<pid>/stat, with a verdict on why it could not be read. Async-signal-unsafe but
@@ -79,7 +79,14 @@ inline ProcessStart probe_process_start(std::uint32_t pid, const char* proc_root
   const char* p = std::strrchr(buffer, ')');
   if (p == nullptr) return out;
   ++p;
-  // After ')' come fields 3, 4, ...; the start time is field 22, i.e. the 20th token.
+  // After ')' come fields 3, 4, ...; field 3 is the state, the start time is field 22 (the 20th token).
+  // A zombie (Z) or a dead task (X) has exited: it only waits for its parent to reap it, and its /proc
+  // entry, start time included, stays until then. It writes nothing more: gone, not alive.
+  while (*p == ' ') ++p;
+  if (*p == 'Z' || *p == 'X') {
+    out.status = ProcessStart::Status::kGone;
+    return out;
+  }
   for (int field = 3; field < 22; ++field) {
     while (*p == ' ') ++p;
     while (*p != ' ' && *p != '\0') ++p;

@@ -246,6 +246,10 @@ struct ProducerState {
   std::uint64_t heartbeat_ns = 0;
   bool closed = false;
   std::uint64_t head = 0;
+  // The writer has reported a typed scheduler snapshot: it steps on a clock (every scheduler step, a
+  // heartbeat when idle), so a stale heartbeat means it is stuck. A writer that has only ever sent metric
+  // updates (the prometheus_client-compatible classes) reports on events: silence means idle.
+  bool reports_steps = false;
 };
 
 inline ProducerState read_producer_state(SegmentHeader& live) {
@@ -257,6 +261,8 @@ inline ProducerState read_producer_state(SegmentHeader& live) {
   s.oversize_records = shared(live.oversize_records).load(std::memory_order_relaxed);
   s.heartbeat_ns = shared(live.heartbeat_ns).load(std::memory_order_relaxed);
   s.head = shared(live.head).load(std::memory_order_relaxed);
+  constexpr auto kSnapshotSlot = static_cast<std::size_t>(RecordType::kSchedulerSnapshot);
+  s.reports_steps = shared(live.latest_record_position[kSnapshotSlot]).load(std::memory_order_relaxed) != 0;
   return s;
 }
 
