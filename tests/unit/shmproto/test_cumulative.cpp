@@ -164,6 +164,26 @@ TEST_CASE("Histogram observations land in the first bucket whose upper bound is 
     CHECK(value.counts == std::vector<std::uint64_t>{3});
     CHECK(value.sum == 369);
   }
+  SECTION("NaN lands in no bucket, as in prometheus_client: the count stays, the sum takes it") {
+    writer.histogram_observe(id, std::numeric_limits<double>::quiet_NaN(), 1,
+                             std::numeric_limits<double>::quiet_NaN());
+    reader.read_value(*info, value);
+    CHECK(value.counts == std::vector<std::uint64_t>{42, 2, 1, 2});
+    CHECK(std::isnan(value.sum));
+  }
+  SECTION("a summary counts a NaN observation") {
+    std::uint32_t summary = 0;
+    REQUIRE(writer.register_series(shm::SeriesKind::kSummary, shm::GaugeMode::kAll, "size_bytes", {}, {},
+                                   summary) == shm::RegisterStatus::kOk);
+    writer.histogram_observe(summary, 3, 1, 3);
+    writer.histogram_observe(summary, std::numeric_limits<double>::quiet_NaN(), 1,
+                             std::numeric_limits<double>::quiet_NaN());
+    const auto summary_info = reader.read_descriptor(summary);
+    REQUIRE(summary_info);
+    reader.read_value(*summary_info, value);
+    CHECK(value.counts == std::vector<std::uint64_t>{2});
+    CHECK(std::isnan(value.sum));
+  }
   SECTION("histograms with equal bounds share one copy of them") {
     const std::uint32_t used = block.header().bounds_used;
     std::uint32_t twin = 0;

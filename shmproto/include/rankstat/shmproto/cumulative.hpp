@@ -351,7 +351,13 @@ class CumulativeWriter {
     const SeriesDescriptor& d = region_.descriptors[index];
     const double* bounds = region_.bounds + d.bounds_offset;
     const std::uint16_t n = d.bucket_count;
-    // First bucket whose upper bound is >= value (le semantics); n is the +Inf bucket.
+    // First bucket whose upper bound is >= value (le semantics); n is the +Inf bucket. NaN is <= no
+    // bound, not even +Inf: as in prometheus_client, it lands in no bucket of a histogram (its count, the
+    // +Inf bucket, does not move) and only its sum takes it; a summary counts it.
+    if (std::isnan(value) && static_cast<SeriesKind>(d.kind) == SeriesKind::kHistogram) {
+      histogram_update(d, n, 0, sum_delta);
+      return;
+    }
     const auto bucket = static_cast<std::uint32_t>(std::lower_bound(bounds, bounds + n, value) - bounds);
     histogram_update(d, bucket, count, sum_delta);
   }
