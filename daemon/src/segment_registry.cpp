@@ -662,6 +662,7 @@ bool SegmentRegistry::retire(RankSegment& s) {
   retired_.mark_retired(key);
   ++counters_.generations_retired;
   retired_series_over_limit_ += s.series_over_limit();
+  retired_series_invalid_ += s.invalid_series();
   std::string error;
   if (!retired_.save(error)) {
     spdlog::error("retired totals not persisted, keeping segment {} on disk: {}", s.name(), error);
@@ -736,10 +737,12 @@ std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> SegmentRegist
 
 void SegmentRegistry::refresh_cumulative() {
   std::uint64_t over_limit = retired_series_over_limit_;
+  std::uint64_t invalid = retired_series_invalid_;
   for (auto& [name, t] : tracked_) {
     auto refresh = [&](RankSegment& s) {
       if (is_live(s.state())) {  // else the final values were read when it died
         const std::uint64_t before = s.series_over_limit();
+        const std::uint64_t invalid_before = s.invalid_series();
         s.refresh_cumulative();
         note_faults(s, shm::monotonic_ns());
         check_schema(s);
@@ -749,13 +752,21 @@ void SegmentRegistry::refresh_cumulative() {
               "rest are dropped and counted",
               s.name(), s.identity().pid, options_.max_series_per_segment);
         }
+        if (invalid_before == 0 && s.invalid_series() != 0) {
+          spdlog::warn(
+              "segment {} (pid {}) holds series descriptors that fail validation (kind, name, labels, "
+              "ranges or bounds); each is left out and counted in rankstat_series_invalid_total",
+              s.name(), s.identity().pid);
+        }
       }
       over_limit += s.series_over_limit();
+      invalid += s.invalid_series();
     };
     if (t.current) refresh(*t.current);
     for (auto& p : t.previous) refresh(*p);
   }
   counters_.series_over_limit = over_limit;
+  counters_.series_invalid = invalid;
 }
 
 std::vector<const RankSegment*> SegmentRegistry::generations() const {

@@ -77,6 +77,8 @@ struct RegistryCounters {
   std::uint64_t open_retries = 0;
   // Series left out because a segment declared more than --shm.max-series-per-segment.
   std::uint64_t series_over_limit = 0;
+  // Series descriptors left out because they failed validation (a writer's bug or a forged segment).
+  std::uint64_t series_invalid = 0;
   // Every record applied from any ring, including the last drain of a generation that died or closed.
   std::uint64_t records_drained = 0;
   // Quarantined after it was opened: its last good values stay, its memory or ring is no longer read.
@@ -232,6 +234,7 @@ class SegmentRegistry {
   bool warned_other_consumer_ = false;
   std::uint64_t fd_budget_ = 0;
   std::uint64_t retired_series_over_limit_ = 0;
+  std::uint64_t retired_series_invalid_ = 0;
 };
 
 // The state a generation is in now, from its producer fields and its process.

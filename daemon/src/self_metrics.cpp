@@ -151,6 +151,10 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
   counter("rankstat_series_over_limit_total",
           "Series left out because a segment declared more than --shm.max-series-per-segment.",
           c.series_over_limit);
+  counter(
+      "rankstat_series_invalid_total",
+      "Series descriptors left out because they failed validation (kind, name, labels, ranges or bounds).",
+      c.series_invalid);
   counter("rankstat_state_entries_dropped_total",
           "Entries of the --state.dir state file dropped when loaded because they were invalid (never "
           "served).",

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -257,6 +258,29 @@ TEST_CASE(
     const shm::DrainStats stats =
         reader.drain([&](const shm::RecordHeader&, std::span<const std::uint8_t>) { ++delivered; });
     INFO("head " << head);
+    CHECK(stats.status == shm::DrainStatus::kCorruptIndex);
+    CHECK(delivered == 0);
+  }
+}
+
+TEST_CASE("an unaligned garbage tail stops the drain before any record is read") {
+  constexpr std::uint64_t kRingBytes = 4096;
+  auto header = std::make_unique<shm::SegmentHeader>();
+  auto ring = std::make_unique<std::uint8_t[]>(kRingBytes);
+  // A valid record at 0 (what a reader would deliver before meeting the bad tail), then a tail that no
+  // writer publishes: every committed slot ends on a 64-byte boundary.
+  shm::RecordHeader record{};
+  record.length = 64;
+  record.type = static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot);
+  std::memcpy(ring.get(), &record, sizeof record);
+  for (const std::uint64_t tail : {std::uint64_t{65}, std::uint64_t{100}, std::uint64_t{127}}) {
+    header->head = 0;
+    header->tail = tail;
+    shm::RingReader reader(header.get(), ring.get(), kRingBytes, /*publish_head=*/true);
+    int delivered = 0;
+    const shm::DrainStats stats =
+        reader.drain([&](const shm::RecordHeader&, std::span<const std::uint8_t>) { ++delivered; });
+    INFO("tail " << tail);
     CHECK(stats.status == shm::DrainStatus::kCorruptIndex);
     CHECK(delivered == 0);
   }

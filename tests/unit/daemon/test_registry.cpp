@@ -1,6 +1,7 @@
 // SegmentRegistry under descriptor exhaustion, in-process: the soft RLIMIT_NOFILE is lowered to the
 // lowest free descriptor for the duration of one call, so every open() in it fails with EMFILE. A failed
 // check is "unknown", never DEAD; a segment that could not be opened is retried although unchanged.
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -135,4 +136,38 @@ TEST_CASE(
   REQUIRE(registry.current().size() == 1);
   CHECK(registry.current().front()->series().size() == 5);
   CHECK(registry.counters().series_over_limit == 7);
+}
+
+TEST_CASE("series descriptors that fail validation are left out, counted and logged once", "[registry]") {
+  TempDir dir;
+  rankstat::Reporter writer;
+  const rankstat::ReporterOptions options_used = small_segment(dir, 0);
+  REQUIRE(writer.open(options_used) == rankstat::Status::kOk);
+  for (int i = 0; i < 3; ++i) {
+    std::uint32_t id = 0;
+    REQUIRE(writer.register_counter("sglang:checked_total", {{"n", std::to_string(i)}}, id) ==
+            rankstat::Status::kOk);
+  }
+  // Someone with write access to the segment scribbles an unknown kind over the second descriptor.
+  const std::string path =
+      dir.path() + "/" +
+      rankstat::shm::segment_name("reg", rankstat::shm::Role::kScheduler, "tp0-pp0-ep0-dp0");
+  rankstat::shm::SegmentHeader header{};
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header));
+  const std::uint64_t second = header.cumulative_offset +
+                               options_used.geometry.cumulative().descriptors_offset() +
+                               sizeof(rankstat::shm::SeriesDescriptor);
+  const std::uint8_t bad_kind = 200;
+  REQUIRE(::pwrite(fd, &bad_kind, 1, static_cast<off_t>(second)) == 1);
+  ::close(fd);
+  rankstat::RetiredTotals retired("");
+  rankstat::SegmentRegistry registry(options_for(dir), retired);
+  REQUIRE(registry.scan(rankstat::shm::monotonic_ns()) == 1);
+  registry.refresh_cumulative();
+  registry.refresh_cumulative();  // counted once, not at every refresh
+  REQUIRE(registry.current().size() == 1);
+  CHECK(registry.current().front()->series().size() == 2);
+  CHECK(registry.counters().series_invalid == 1);
 }

@@ -153,7 +153,7 @@ class RingWriter {
 
 enum class DrainStatus : std::uint8_t {
   kOk = 0,
-  kCorruptIndex = 1,   // tail behind head, or more than a ring ahead
+  kCorruptIndex = 1,   // tail behind head, more than a ring ahead, or either not 64-byte aligned
   kCorruptRecord = 2,  // a record length or padding that cannot be right
 };
 
@@ -187,9 +187,12 @@ class RingReader {
     DrainStats stats;
     const std::uint64_t tail = shared(header_->tail).load(std::memory_order_acquire);
     // Records start on 64-byte boundaries and padding runs exactly to the ring's end, so a consumed
-    // position is always aligned. An unaligned head (garbage read at attach) would put a record header
-    // across the end of the ring, and the copy below past the ring (found by tests/fuzz/fuzz_ring).
-    if (tail < head_ || tail - head_ > ring_bytes_ || head_ % kRecordAlignment != 0) {
+    // position is always aligned, and so is every tail the writer publishes (the end of a whole slot). An
+    // unaligned head (garbage read at attach) would put a record header across the end of the ring, and
+    // the copy below past the ring (found by tests/fuzz/fuzz_ring); an unaligned tail is garbage too, and
+    // is refused before any record is read, not found later by a record's length.
+    if (tail < head_ || tail - head_ > ring_bytes_ || head_ % kRecordAlignment != 0 ||
+        tail % kRecordAlignment != 0) {
       stats.status = DrainStatus::kCorruptIndex;
       return stats;
     }
