@@ -11,6 +11,9 @@
  *   so the extension loads whichever library the package found).
  * - Value(reporter_address, series_id, kind): one series (a labelled child). kind 1 counter, 2 gauge,
  *   3 histogram, 4 summary. reporter_address 0 (or None): every update is a no-op.
+ *   After a fork: `_detach()` forgets the parent's reporter; the Value's next update first calls
+ *   `self._rebind()` (a subclass registers the series in the child's own segment and calls
+ *   `_bind(address, id)`; the default makes the Value a no-op); checked only when the reporter is NULL.
  * - Family: `_labelnames` (tuple of str) and `_children` (dict: tuple of str -> child) live in C slots;
  *   `labels(*values, **kw)` has prometheus_client's checks and messages, and calls
  *   `self._new_child(key)` on a miss.
@@ -51,6 +54,7 @@ static const char* kind_name(int kind) {
 }
 
 static PyObject* str_new_child; /* interned "_new_child" */
+static PyObject* str_rebind;    /* interned "_rebind" */
 
 /* ---- argument helpers ------------------------------------------------------------------------- */
 
@@ -134,6 +138,7 @@ typedef struct {
   PyObject_HEAD void* reporter; /* rankstat_reporter*; NULL: updates are no-ops */
   uint32_t id;
   int kind;
+  int detached; /* the process forked since the Value was bound: the next update calls self._rebind() */
 } ValueObject;
 
 static PyObject* wrong_kind(ValueObject* self, const char* method) {
@@ -171,7 +176,23 @@ static int value_init(ValueObject* self, PyObject* args, PyObject* kwds) {
   self->reporter = reporter;
   self->id = (uint32_t)id;
   self->kind = kind;
+  self->detached = 0;
   return 0;
+}
+
+/* A detached Value (reporter NULL, detached set: its process forked since it was bound, and the reporter it
+ * had is the parent's) asks its owner to bind it in this process before its first update, as
+ * prometheus_client's values re-bind to the child's own file when they see a new pid. Only reached with a
+ * NULL reporter, which a bound Value's update tests anyway. -1 with an exception set on error. */
+static int rebind(ValueObject* self) {
+  PyObject* result = PyObject_CallMethodNoArgs((PyObject*)self, str_rebind);
+  if (result == NULL) return -1;
+  Py_DECREF(result);
+  return 0;
+}
+
+static inline int must_rebind(const ValueObject* self) {
+  return self->reporter == NULL && self->detached;
 }
 
 static void value_dealloc(ValueObject* self) {
@@ -186,6 +207,7 @@ static PyObject* value_inc(ValueObject* self, PyObject* const* args, Py_ssize_t 
       PyErr_SetString(PyExc_ValueError, "Counters can only be incremented by non-negative amounts.");
       return NULL;
     }
+    if (must_rebind(self) && rebind(self) < 0) return NULL;
     if (self->reporter != NULL) {
       if (fn_counter_add == NULL) return unbound("rankstat_counter_add");
       fn_counter_add(self->reporter, self->id, amount);
@@ -194,6 +216,7 @@ static PyObject* value_inc(ValueObject* self, PyObject* const* args, Py_ssize_t 
   }
   if (self->kind == KIND_GAUGE) {
     if (parse_amount("inc", args, nargs, kwnames, "amount", 0, 0, 0, &amount) < 0) return NULL;
+    if (must_rebind(self) && rebind(self) < 0) return NULL;
     if (self->reporter != NULL) {
       if (fn_gauge_add == NULL) return unbound("rankstat_gauge_add");
       fn_gauge_add(self->reporter, self->id, amount);
@@ -207,6 +230,7 @@ static PyObject* value_dec(ValueObject* self, PyObject* const* args, Py_ssize_t 
   if (self->kind != KIND_GAUGE) return wrong_kind(self, "dec");
   double amount = 1.0;
   if (parse_amount("dec", args, nargs, kwnames, "amount", 0, 0, 0, &amount) < 0) return NULL;
+  if (must_rebind(self) && rebind(self) < 0) return NULL;
   if (self->reporter != NULL) {
     if (fn_gauge_add == NULL) return unbound("rankstat_gauge_add");
     fn_gauge_add(self->reporter, self->id, -amount);
@@ -218,6 +242,7 @@ static PyObject* value_set(ValueObject* self, PyObject* const* args, Py_ssize_t 
   if (self->kind != KIND_GAUGE) return wrong_kind(self, "set");
   double value = 0.0;
   if (parse_amount("set", args, nargs, kwnames, "value", 1, 0, 1, &value) < 0) return NULL;
+  if (must_rebind(self) && rebind(self) < 0) return NULL;
   if (self->reporter != NULL) {
     if (fn_gauge_set == NULL) return unbound("rankstat_gauge_set");
     fn_gauge_set(self->reporter, self->id, value);
@@ -232,6 +257,7 @@ static PyObject* value_observe(ValueObject* self, PyObject* const* args, Py_ssiz
   /* Histogram.observe(amount, exemplar=None); Summary.observe(amount) takes no exemplar in
    * prometheus_client, accepting one here is harmless. */
   if (parse_amount("observe", args, nargs, kwnames, "amount", 1, 1, 0, &amount) < 0) return NULL;
+  if (must_rebind(self) && rebind(self) < 0) return NULL;
   if (self->reporter != NULL) {
     if (fn_histogram_observe == NULL) return unbound("rankstat_histogram_observe");
     fn_histogram_observe(self->reporter, self->id, amount);
@@ -244,7 +270,16 @@ static PyObject* value_get_address(ValueObject* self, void* closure) {
   return PyLong_FromVoidPtr(self->reporter);
 }
 
-/* Writable so a binding can detach a child (0) after a fork or when its reporter closes. */
+/* An address from Python: an int or None (NULL). 0 with *out set, or -1. */
+static int parse_address(PyObject* value, void** out) {
+  *out = NULL;
+  if (value == Py_None) return 0;
+  *out = PyLong_AsVoidPtr(value);
+  return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Writable so a binding can turn a child into a no-op (0) when its reporter closes; a Value given an
+ * address is no longer detached. */
 static int value_set_address(ValueObject* self, PyObject* value, void* closure) {
   (void)closure;
   if (value == NULL) {
@@ -252,12 +287,56 @@ static int value_set_address(ValueObject* self, PyObject* value, void* closure) 
     return -1;
   }
   void* reporter = NULL;
-  if (value != Py_None) {
-    reporter = PyLong_AsVoidPtr(value);
-    if (reporter == NULL && PyErr_Occurred()) return -1;
+  if (parse_address(value, &reporter) < 0) return -1;
+  self->reporter = reporter;
+  self->detached = 0;
+  return 0;
+}
+
+static PyObject* value_get_detached(ValueObject* self, void* closure) {
+  (void)closure;
+  return PyBool_FromLong(self->detached);
+}
+
+/* _detach(): in a forked child, the reporter this Value holds is the parent's; it is forgotten (never
+ * written or read again here) and the next update calls self._rebind() first. */
+static PyObject* value_detach(ValueObject* self, PyObject* unused) {
+  (void)unused;
+  self->reporter = NULL;
+  self->detached = 1;
+  Py_RETURN_NONE;
+}
+
+/* _bind(reporter_address, series_id): the series this Value writes from now on (address 0 or None: a
+ * no-op); what _rebind() calls once the series is registered in this process's segment. */
+static PyObject* value_bind(ValueObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "_bind() takes exactly 2 arguments (%zd given)", nargs);
+    return NULL;
+  }
+  void* reporter = NULL;
+  if (parse_address(args[0], &reporter) < 0) return NULL;
+  PyObject* number = PyNumber_Index(args[1]);
+  if (number == NULL) return NULL;
+  int overflow = 0;
+  const long long id = PyLong_AsLongLongAndOverflow(number, &overflow);
+  Py_DECREF(number);
+  if (id == -1 && PyErr_Occurred()) return NULL;
+  if (overflow != 0 || id < 0 || id > (long long)UINT32_MAX) {
+    PyErr_SetString(PyExc_ValueError, "series_id must fit in 32 bits");
+    return NULL;
   }
   self->reporter = reporter;
-  return 0;
+  self->id = (uint32_t)id;
+  self->detached = 0;
+  Py_RETURN_NONE;
+}
+
+/* The default _rebind(): nothing to bind to, so the Value becomes a no-op. Subclasses override it. */
+static PyObject* value_default_rebind(ValueObject* self, PyObject* unused) {
+  (void)unused;
+  self->detached = 0;
+  Py_RETURN_NONE;
 }
 
 static PyObject* value_get_id(ValueObject* self, void* closure) {
@@ -272,7 +351,10 @@ static PyObject* value_get_kind(ValueObject* self, void* closure) {
 
 static PyObject* value_repr(ValueObject* self) {
   return PyUnicode_FromFormat("<%s %s series %u%s>", Py_TYPE(self)->tp_name, kind_name(self->kind),
-                              (unsigned)self->id, self->reporter == NULL ? " (no-op)" : "");
+                              (unsigned)self->id,
+                              self->detached           ? " (detached)"
+                              : self->reporter == NULL ? " (no-op)"
+                                                       : "");
 }
 
 static PyMethodDef value_methods[] = {
@@ -284,6 +366,13 @@ static PyMethodDef value_methods[] = {
      "set(value): a gauge's value."},
     {"observe", (PyCFunction)(void (*)(void))value_observe, METH_FASTCALL | METH_KEYWORDS,
      "observe(amount): one sample of a histogram or summary."},
+    {"_detach", (PyCFunction)(void (*)(void))value_detach, METH_NOARGS,
+     "_detach(): after a fork, forget the parent's reporter; the next update calls _rebind() first."},
+    {"_bind", (PyCFunction)(void (*)(void))value_bind, METH_FASTCALL,
+     "_bind(reporter_address, series_id): write this series from now on (address 0: a no-op)."},
+    {"_rebind", (PyCFunction)(void (*)(void))value_default_rebind, METH_NOARGS,
+     "_rebind(): called before the first update of a detached Value; subclasses call _bind(). The default "
+     "makes it a no-op."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -292,6 +381,7 @@ static PyGetSetDef value_getset[] = {
      "address of the rankstat_reporter (0: updates are no-ops)", NULL},
     {"_series_id", (getter)value_get_id, NULL, "the series id from registration", NULL},
     {"_kind", (getter)value_get_kind, NULL, "1 counter, 2 gauge, 3 histogram, 4 summary", NULL},
+    {"_detached", (getter)value_get_detached, NULL, "True between _detach() and the next bind", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -628,6 +718,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
   if (PyType_Ready(&ValueType) < 0 || PyType_Ready(&FamilyType) < 0) return NULL;
   str_new_child = PyUnicode_InternFromString("_new_child");
   if (str_new_child == NULL) return NULL;
+  str_rebind = PyUnicode_InternFromString("_rebind");
+  if (str_rebind == NULL) return NULL;
   PyObject* module = PyModule_Create(&fastpath_module);
   if (module == NULL) return NULL;
   if (PyModule_AddObjectRef(module, "Value", (PyObject*)&ValueType) < 0 ||

@@ -335,8 +335,19 @@ void rankstat_close(rankstat_reporter* reporter) {
   delete reporter;
 }
 
+void rankstat_abandon(rankstat_reporter* reporter) {
+  if (reporter == nullptr) return;
+  // Abandoned first, so the destructor's close finds nothing left to mark closed.
+  reporter->reporter.abandon();
+  delete reporter;
+}
+
 const char* rankstat_last_error(void) {
   return tls_error_text != nullptr ? tls_error_text : tls_error_message.c_str();
+}
+
+const char* rankstat_segment_note(const rankstat_reporter* reporter) {
+  return reporter != nullptr ? reporter->reporter.note().c_str() : "";
 }
 
 int rankstat_report_scheduler(rankstat_reporter* reporter, const void* snapshot, uint32_t snapshot_bytes,

@@ -1,6 +1,7 @@
 #include "rankstat/reporter.hpp"
 
 #include <grp.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -112,7 +113,9 @@ Reporter::Reporter(Reporter&& other) noexcept
     : file_(std::move(other.file_)),
       path_(std::move(other.path_)),
       error_(std::move(other.error_)),
+      note_(std::move(other.note_)),
       unlink_on_close_(std::exchange(other.unlink_on_close_, false)),
+      owner_pid_(std::exchange(other.owner_pid_, 0)),
       ring_(std::exchange(other.ring_, {})),
       cumulative_(std::exchange(other.cumulative_, {})),
       series_kinds_(std::move(other.series_kinds_)) {}
@@ -123,7 +126,9 @@ Reporter& Reporter::operator=(Reporter&& other) noexcept {
     file_ = std::move(other.file_);
     path_ = std::move(other.path_);
     error_ = std::move(other.error_);
+    note_ = std::move(other.note_);
     unlink_on_close_ = std::exchange(other.unlink_on_close_, false);
+    owner_pid_ = std::exchange(other.owner_pid_, 0);
     ring_ = std::exchange(other.ring_, {});
     cumulative_ = std::exchange(other.cumulative_, {});
     series_kinds_ = std::move(other.series_kinds_);
@@ -139,6 +144,7 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
   try {
     error_.clear();
     path_.clear();
+    note_.clear();
     const auto role = static_cast<std::uint32_t>(options.identity.role);
     if (role < static_cast<std::uint32_t>(shm::Role::kScheduler) ||
         role > static_cast<std::uint32_t>(shm::Role::kOther)) {
@@ -175,7 +181,9 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     }
     file_ = std::move(created.file);
     path_ = std::move(created.path);
+    note_ = std::move(created.note);
     unlink_on_close_ = options.unlink_on_close;
+    owner_pid_ = ::getpid();
     // Reserved up front so registration never reallocates after a series exists in shared memory: a
     // failed push_back there would leave a published series without a recorded kind.
     series_kinds_.clear();
@@ -192,6 +200,7 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     if (file_.valid()) shm::close_segment(file_, path_, true);
     error_.clear();  // assigning a message could throw again
     path_.clear();
+    note_.clear();
     return Status::kIo;
   }
 }
@@ -326,9 +335,12 @@ void append_gauge_update(shm::RingWriter& ring, std::uint32_t id, double value, 
 
 }  // namespace
 
+// A gauge set is stamped with the precise clock (shm::monotonic_ns, a vDSO read, no system call): the
+// stamp orders mostrecent across processes, and a coarse tick would tie sets microseconds apart. The
+// cumulative value and its update record carry the same stamp, so the integrals see the same time.
 Status Reporter::gauge_set(std::uint32_t id, double value) noexcept {
   if (const Status status = check_series(id, shm::SeriesKind::kGauge); status != Status::kOk) return status;
-  const std::uint64_t now_ns = shm::coarse_monotonic_ns();
+  const std::uint64_t now_ns = shm::monotonic_ns();
   cumulative_.gauge_set(id, value, now_ns);
   append_gauge_update(ring_, id, value, now_ns);
   return Status::kOk;
@@ -336,7 +348,7 @@ Status Reporter::gauge_set(std::uint32_t id, double value) noexcept {
 
 Status Reporter::gauge_add(std::uint32_t id, double delta) noexcept {
   if (const Status status = check_series(id, shm::SeriesKind::kGauge); status != Status::kOk) return status;
-  const std::uint64_t now_ns = shm::coarse_monotonic_ns();
+  const std::uint64_t now_ns = shm::monotonic_ns();  // as gauge_set
   const double value = cumulative_.gauge_add(id, delta, now_ns);
   append_gauge_update(ring_, id, value, now_ns);
   return Status::kOk;
@@ -383,8 +395,24 @@ Status Reporter::histogram_bucket(std::uint32_t id, std::uint32_t bucket,
 
 void Reporter::close() noexcept {
   if (!file_.valid()) return;
+  // A forked child holds a copy of this reporter over the parent's mapping. Marking the header closed
+  // there would have the daemon retire a parent that is alive and writing (issue 22), and unlinking would
+  // remove the parent's name: a close from any process but the opener only lets go of the mapping.
+  if (owner_pid_ != ::getpid()) {
+    abandon();
+    return;
+  }
   // close_segment only unlinks if the name still refers to this file, so a successor is never removed.
   shm::close_segment(file_, path_, unlink_on_close_);
+  cumulative_ = {};
+  series_kinds_.clear();
+}
+
+void Reporter::abandon() noexcept {
+  // munmap and close(2) act on this process's mapping and descriptor only; nothing in the segment is
+  // written, so the owner's header, heartbeat and name are exactly as they were.
+  file_.reset();
+  ring_ = {};
   cumulative_ = {};
   series_kinds_.clear();
 }

@@ -238,6 +238,8 @@ void FamilySet::add_gauge(const std::string& name, std::string_view help, shm::G
       break;
     case shm::GaugeMode::kMostRecent:
     case shm::GaugeMode::kLiveMostRecent: {
+      // Equal nanosecond stamps come from sets that no process ordered: any deterministic choice is
+      // right, and this one never depends on the order segments are visited.
       const bool newer = timestamp_ns > s.timestamp_ns ||
                          (timestamp_ns == s.timestamp_ns &&
                           (from.created_ns > s.created_ns ||
@@ -642,17 +644,50 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
   collect_routing_key_bins(view, base, from, out, slots.routing);
 }
 
+// What a generation adds to the sums, one definition for the scrape (collect_cumulative,
+// collect_integrals) and for what folding a generation into the retired totals, or checkpointing it, keeps
+// (cumulative_totals): the two can never disagree on which series a generation contributed.
+//
+// The series of `s` the exposition takes, as visit(position, series). A series declared with its own
+// labels only came from the engine's own metric code, which already decided which rank reports it; the
+// engine-level rule applies to series labelled by the segment.
+template <typename Visit>
+void for_each_exported_series(const RankSegment& s, bool engine_rule_passed, Visit&& visit) {
+  const std::vector<SeriesState>& all = s.series();
+  for (std::size_t position = 0; position < all.size(); ++position) {
+    const bool declared = (all[position].info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+    if (declared || engine_rule_passed) visit(position, all[position]);
+  }
+}
+
+// The integrated gauges of `s` that have a value, under the rule of the gauge they come from, as
+// visit(position, gauge, series); `series` is null for a scheduler snapshot field.
+template <typename Visit>
+void for_each_exported_integral(const RankSegment& s, bool engine_rule_passed, Visit&& visit) {
+  const std::vector<IntegratedGauge>& all = s.integrated();
+  for (std::size_t position = 0; position < all.size(); ++position) {
+    const IntegratedGauge& g = all[position];
+    if (!g.track.has_value()) continue;
+    const SeriesState* series = g.field == nullptr ? &s.series()[g.series_position] : nullptr;
+    const bool declared = series != nullptr && (series->info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+    if (declared || engine_rule_passed) visit(position, g, series);
+  }
+}
+
+bool histogram_complete(const SeriesState& series) {
+  return series.value.counts.size() == series.info.bounds.size() + 1;
+}
+
+// `folded`: the generation's counters and histograms are in the retired totals (SegmentRegistry::fold);
+// only its gauges are taken from it.
 void collect_cumulative(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
-                        bool engine_rule_passed, FamilySet& out, std::vector<FamilySet::Slot>& slots) {
+                        bool engine_rule_passed, bool folded, FamilySet& out,
+                        std::vector<FamilySet::Slot>& slots) {
   slots.resize(s.series().size());
-  std::size_t index = 0;
   Labels labels;
-  for (const SeriesState& series : s.series()) {
-    FamilySet::Slot& slot = slots[index++];
-    // A series declared with its own labels only came from the engine's own metric code, which already
-    // decided which rank reports it; the engine-level rule applies to series labelled by the segment.
-    const bool declared = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-    if (!declared && !engine_rule_passed) continue;
+  for_each_exported_series(s, engine_rule_passed, [&](std::size_t position, const SeriesState& series) {
+    if (folded && series.info.kind != shm::SeriesKind::kGauge) return;
+    FamilySet::Slot& slot = slots[position];
     // A published series never changes: once its slot is filled, its labels need not be built again.
     const bool known = out.slot_valid(slot, 0);
     if (!known) labels = series_labels(base, series);
@@ -674,55 +709,54 @@ void collect_cumulative(const RankSegment& s, const Labels& base, const Contribu
         break;
       case shm::SeriesKind::kHistogram:
       case shm::SeriesKind::kSummary:
-        if (series.value.counts.size() != series.info.bounds.size() + 1) break;
+        if (!histogram_complete(series)) break;
         out.add_histogram(series.info.family, help, labels, series.info.bounds, series.value.counts,
                           series.value.sum, from, &slot, 0, series.info.kind == shm::SeriesKind::kSummary);
         break;
     }
-  }
+  });
 }
 
-// The integral counter and window extrema of every integrated gauge of `s`, with the labels and the
-// engine-level rule of the gauge they come from.
+// The integral counter (unless `folded`) and window extrema of every integrated gauge of `s`, with the
+// labels and the engine-level rule of the gauge they come from.
 void collect_integrals(const RankSegment& s, const Labels& base, const Contributor& from,
-                       bool engine_rule_passed, const CollectOptions& options, FamilySet& out,
+                       bool engine_rule_passed, bool folded, const CollectOptions& options, FamilySet& out,
                        std::vector<FamilySet::Slot>& slots) {
   const IntegralSettings& settings = *options.integrals;
   slots.resize(s.integrated().size() * 3);
-  std::size_t index = 0;
   Labels labels;
-  for (const IntegratedGauge& g : s.integrated()) {
-    FamilySet::Slot* slot = &slots[index];
-    index += 3;
-    if (!g.track.has_value()) continue;
-    const SeriesState* series = g.field == nullptr ? &s.series()[g.series_position] : nullptr;
-    const bool declared = series != nullptr && (series->info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-    if (!declared && !engine_rule_passed) continue;
-    // Labels and help are only needed to fill a slot; a valid one already designates the series.
-    const auto labels_for = [&](const FamilySet::Slot& target) -> const Labels& {
-      static const Labels kNone;
-      if (out.slot_valid(target, 0)) return kNone;
-      if (labels.empty()) labels = series != nullptr ? series_labels(base, *series) : base;
-      return labels;
-    };
-    labels.clear();
-    const bool counter_known = out.slot_valid(slot[0], 0);
-    out.add_counter(g.integral_name, counter_known ? std::string() : integral_help(g.family),
-                    labels_for(slot[0]), g.track.integral(), from, &slot[0]);
-    double largest = 0;
-    double smallest = 0;
-    if (settings.peak_window_ns == 0 ||
-        !g.track.window_extrema(options.now_ns, settings.peak_window_ns, largest, smallest))
-      continue;
-    const bool max_known = out.slot_valid(slot[1], 0);
-    out.add_gauge(
-        g.window_max_name, max_known ? std::string() : window_help(g.family, true, settings.peak_window_ns),
-        shm::GaugeMode::kMax, labels_for(slot[1]), largest, g.track.integrated_until_ns(), from, &slot[1]);
-    const bool min_known = out.slot_valid(slot[2], 0);
-    out.add_gauge(
-        g.window_min_name, min_known ? std::string() : window_help(g.family, false, settings.peak_window_ns),
-        shm::GaugeMode::kMin, labels_for(slot[2]), smallest, g.track.integrated_until_ns(), from, &slot[2]);
-  }
+  for_each_exported_integral(
+      s, engine_rule_passed, [&](std::size_t position, const IntegratedGauge& g, const SeriesState* series) {
+        FamilySet::Slot* slot = &slots[position * 3];
+        // Labels and help are only needed to fill a slot; a valid one already designates the series.
+        const auto labels_for = [&](const FamilySet::Slot& target) -> const Labels& {
+          static const Labels kNone;
+          if (out.slot_valid(target, 0)) return kNone;
+          if (labels.empty()) labels = series != nullptr ? series_labels(base, *series) : base;
+          return labels;
+        };
+        labels.clear();
+        if (!folded) {
+          const bool counter_known = out.slot_valid(slot[0], 0);
+          out.add_counter(g.integral_name, counter_known ? std::string() : integral_help(g.family),
+                          labels_for(slot[0]), g.track.integral(), from, &slot[0]);
+        }
+        double largest = 0;
+        double smallest = 0;
+        if (settings.peak_window_ns == 0 ||
+            !g.track.window_extrema(options.now_ns, settings.peak_window_ns, largest, smallest))
+          return;
+        const bool max_known = out.slot_valid(slot[1], 0);
+        out.add_gauge(g.window_max_name,
+                      max_known ? std::string() : window_help(g.family, true, settings.peak_window_ns),
+                      shm::GaugeMode::kMax, labels_for(slot[1]), largest, g.track.integrated_until_ns(), from,
+                      &slot[1]);
+        const bool min_known = out.slot_valid(slot[2], 0);
+        out.add_gauge(g.window_min_name,
+                      min_known ? std::string() : window_help(g.family, false, settings.peak_window_ns),
+                      shm::GaugeMode::kMin, labels_for(slot[2]), smallest, g.track.integrated_until_ns(),
+                      from, &slot[2]);
+      });
 }
 
 }  // namespace
@@ -744,10 +778,58 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
                                options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
     FamilySet::SegmentSlots& slots = out.slots(s->name(), s->identity().generation, options.instance_label);
     if (engine_rule_passed) collect_snapshot(*s, base, from, keep_all_mode, out, slots);
-    collect_cumulative(*s, base, from, keep_all_mode, engine_rule_passed, out, slots.cumulative);
+    collect_cumulative(*s, base, from, keep_all_mode, engine_rule_passed, s->folded(), out, slots.cumulative);
     if (options.integrals != nullptr && options.integrals->enabled() && !s->integrated().empty())
-      collect_integrals(*s, base, from, engine_rule_passed, options, out, slots.integrals);
+      collect_integrals(*s, base, from, engine_rule_passed, s->folded(), options, out, slots.integrals);
   }
+}
+
+CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& instance_label,
+                                   CumulativeLabels* cache) {
+  CumulativeTotals out;
+  if (s.schema_conflict()) return out;  // never exported: nothing to keep either
+  const bool engine_rule_passed = exports_engine_metrics(s.identity());
+  CumulativeLabels local;
+  CumulativeLabels& known = cache != nullptr ? *cache : local;
+  if (!known.base) known.base = std::make_shared<const Labels>(identity_labels(s.identity(), instance_label));
+  const std::shared_ptr<const Labels>& base = known.base;
+  // series_labels(), built once per series (its integral has the same labels) and shared with the
+  // identity labels when the series adds none.
+  known.series.resize(s.series().size());
+  const auto labels_of = [&](std::size_t position) {
+    std::shared_ptr<const Labels>& labels = known.series[position];
+    if (labels) return labels;
+    const SeriesState& series = s.series()[position];
+    const bool own_only = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+    labels = !own_only && series.info.labels.empty()
+                 ? base
+                 : std::make_shared<const Labels>(series_labels(*base, series));
+    return labels;
+  };
+  for_each_exported_series(s, engine_rule_passed, [&](std::size_t position, const SeriesState& series) {
+    switch (series.info.kind) {
+      case shm::SeriesKind::kCounter:
+        out.counters.push_back(
+            {series.info.family, series.info.help, labels_of(position), series.value.value});
+        break;
+      case shm::SeriesKind::kHistogram:
+      case shm::SeriesKind::kSummary:
+        if (!histogram_complete(series)) break;
+        out.histograms.push_back({series.info.family, series.info.help, labels_of(position),
+                                  series.info.bounds, series.value.counts, series.value.sum,
+                                  series.info.kind == shm::SeriesKind::kSummary});
+        break;
+      case shm::SeriesKind::kGauge:
+        break;
+    }
+  });
+  // Integrals are counters like the others: kept the same way, so they never go backwards.
+  for_each_exported_integral(
+      s, engine_rule_passed, [&](std::size_t, const IntegratedGauge& g, const SeriesState* series) {
+        out.counters.push_back({g.integral_name, integral_help(g.family),
+                                series != nullptr ? labels_of(g.series_position) : base, g.track.integral()});
+      });
+  return out;
 }
 
 }  // namespace rankstat

@@ -3,14 +3,18 @@
 //   counters and histograms  summed over every generation, dead ones included (never go backwards);
 //   gauges                   by the family's mode: all / liveall (a pid label per process), sum, min,
 //                            max, mostrecent and their live* forms, which ignore DEAD and CLOSED ranks.
-// mostrecent picks the newest record timestamp (CLOCK_MONOTONIC); ties go to the newer generation,
-// then to the lexicographically smaller segment name, never to directory order.
+// mostrecent picks the newest stamp (CLOCK_MONOTONIC: nanoseconds for a gauge set, the record's commit
+// for a snapshot field); ties go to the newer generation, then to the lexicographically smaller segment
+// name, never to directory order. Two gauge sets that one process ordered before the other never tie
+// (their stamps differ by at least the time it took to signal), so the tie rule only picks between sets
+// that nothing ordered.
 #pragma once
 
 #include <prometheus/metric_family.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -217,8 +221,45 @@ struct CollectOptions {
 std::string snapshot_family_name(const shm::ScalarField& field);
 bool snapshot_field_gauge_mode(const shm::ScalarField& field, shm::GaugeMode& mode);
 
-// Adds every engine family that the generations contribute.
+// Adds every engine family that the generations contribute. A folded generation (RankSegment::folded)
+// contributes its gauges only: its counters, histograms, summaries and integrals are in the retired totals.
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
                             FamilySet& out);
+
+// A generation's cumulative series (counters, histograms, summaries, and the integral counter of each
+// integrated gauge) with the labels they are exported with: exactly what collect_engine_metrics sums
+// from it, so what folding it into the retired totals moves and what a checkpoint of it keeps.
+// Series with the same labels (mostly a generation's identity labels) share one Labels: built once, and
+// written once by a checkpoint.
+struct CumulativeTotals {
+  struct Counter {
+    std::string family;
+    std::string help;
+    std::shared_ptr<const Labels> labels;
+    double value = 0;
+  };
+  struct Histogram {
+    std::string family;
+    std::string help;
+    std::shared_ptr<const Labels> labels;
+    std::vector<double> bounds;
+    std::vector<std::uint64_t> counts;
+    double sum = 0;
+    bool summary = false;  // no bounds, counts = {count}
+  };
+  std::vector<Counter> counters;
+  std::vector<Histogram> histograms;
+};
+// The labels cumulative_totals() builds for one generation, kept by a caller that calls it again (before
+// every scrape): a published series never changes, so its labels are built once, and the same objects let
+// a checkpoint writer reuse what it wrote for them.
+struct CumulativeLabels {
+  std::shared_ptr<const Labels> base;                 // the identity labels
+  std::vector<std::shared_ptr<const Labels>> series;  // by series position; null until built
+};
+// Integrals as they stand: settle them first (RankSegment::settle_integrals). `cache`: this generation's
+// labels from the previous call, or null.
+CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& instance_label,
+                                   CumulativeLabels* cache = nullptr);
 
 }  // namespace rankstat

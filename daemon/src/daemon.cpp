@@ -208,13 +208,13 @@ int Daemon::run() {
   s.watch.start();
   s.service.start("serving " + s.server->bound_address());
   s.io.run();
-  // A clean stop hands the next daemon the integrals up to the writers' last records, not only up to the
-  // last scrape.
+  // A clean stop hands the next daemon the integrals and totals up to the writers' last records, not only
+  // up to the last scrape.
   const std::uint64_t stopped_ns = shm::monotonic_ns();
   s.watch.drain_rings(stopped_ns, false);
   s.registry.refresh_cumulative();
   s.registry.settle_integrals(stopped_ns);
-  s.scrape.save_integral_checkpoints();
+  s.scrape.save_checkpoints();
   spdlog::info("rankstatd stopped");
   return 0;
 }

@@ -158,6 +158,10 @@ class RankSegment {
   // whole segment is then left out of the exposition (and counted), never merged half-way.
   bool schema_conflict() const { return schema_conflict_; }
   void mark_schema_conflict() { schema_conflict_ = true; }
+  // Set once the generation's cumulative series are in the retired totals (SegmentRegistry::fold, when
+  // it can count no more): the scrape then takes only its gauges from it, until it is retired.
+  bool folded() const { return folded_; }
+  void mark_folded() { folded_ = true; }
   std::uint64_t records_drained() const { return records_drained_; }
   // Of the last drain(): the fraction of the ring's bytes it consumed, and whether the writer dropped a
   // record (ring full) since the drain before (what the poll pacer steers by).
@@ -215,6 +219,7 @@ class RankSegment {
   mutable shm::ProducerState last_producer_{};
   std::vector<shm::SeriesValue> staging_;  // refresh_cumulative reads here first, commits if no fault
   bool schema_conflict_ = false;
+  bool folded_ = false;
   std::uint64_t records_drained_ = 0;
   std::uint64_t sequence_gaps_ = 0;
   std::uint64_t malformed_records_ = 0;

@@ -5,15 +5,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <random>
+#include <span>
 #include <stdexcept>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "rankstat/shmproto/cumulative.hpp"
@@ -76,6 +83,347 @@ bool valid_histogram(const std::vector<double>& bounds, const std::vector<std::u
   }
   return true;
 }
+
+boost::json::object counter_json(const std::string& family, const Labels& labels, double value,
+                                 const std::string& help) {
+  return boost::json::object{
+      {"family", family}, {"labels", labels_json(labels)}, {"value", value}, {"help", help}};
+}
+
+boost::json::object histogram_json(const std::string& family, const Labels& labels,
+                                   const std::vector<double>& bounds,
+                                   const std::vector<std::uint64_t>& counts, double sum,
+                                   const std::string& help, bool summary) {
+  return boost::json::object{{"family", family},
+                             {"labels", labels_json(labels)},
+                             {"bounds", boost::json::array(bounds.begin(), bounds.end())},
+                             {"counts", boost::json::array(counts.begin(), counts.end())},
+                             {"sum", sum},
+                             {"help", help},
+                             {"summary", summary}};
+}
+
+// One counter or histogram entry of a state file, or nullopt with `why` when it must not be served (the
+// file is input like any segment: a forged family name with a newline must not reach /metrics). A
+// malformed document throws (boost::json accessors), which refuses the whole file.
+std::optional<CumulativeTotals::Counter> parse_counter(const boost::json::object& o, std::string& why) {
+  CumulativeTotals::Counter c;
+  c.value = o.at("value").to_number<double>();
+  if (const auto* help = o.if_contains("help")) c.help = std::string(help->as_string());
+  c.family = std::string(o.at("family").as_string());
+  c.labels = std::make_shared<const Labels>(labels_from(o.at("labels").as_array()));
+  if (!valid_series(c.family, *c.labels, why)) return std::nullopt;
+  if (!std::isfinite(c.value) || c.value < 0 || !shm::is_valid_utf8(c.help)) {
+    why = "value not a finite non-negative number, or help not UTF-8";
+    return std::nullopt;
+  }
+  return c;
+}
+
+std::optional<CumulativeTotals::Histogram> parse_histogram(const boost::json::object& o, std::string& why) {
+  CumulativeTotals::Histogram h;
+  for (const auto& b : o.at("bounds").as_array()) h.bounds.push_back(b.to_number<double>());
+  for (const auto& n : o.at("counts").as_array()) h.counts.push_back(n.to_number<std::uint64_t>());
+  h.sum = o.at("sum").to_number<double>();
+  if (const auto* help = o.if_contains("help")) h.help = std::string(help->as_string());
+  if (const auto* summary = o.if_contains("summary")) h.summary = summary->as_bool();
+  h.family = std::string(o.at("family").as_string());
+  h.labels = std::make_shared<const Labels>(labels_from(o.at("labels").as_array()));
+  if (!valid_series(h.family, *h.labels, why)) return std::nullopt;
+  if (!valid_histogram(h.bounds, h.counts, h.sum, h.summary) || !shm::is_valid_utf8(h.help)) {
+    why = "bounds not finite and increasing, bucket count mismatch, or sum not finite";
+    return std::nullopt;
+  }
+  return h;
+}
+
+// JSON text of `text`, which must be valid UTF-8.
+void append_json_string(std::string& out, std::string_view text) {
+  out.push_back('"');
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(ch);
+    } else if (c < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+      out.append(escaped);
+    } else {
+      out.push_back(ch);
+    }
+  }
+  out.push_back('"');
+}
+
+// Shortest round-trip form; a floating-point `value` must be finite.
+template <typename Number>
+void append_json_number(std::string& out, Number value) {
+  char digits[32];
+  const auto end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+  out.append(digits, end);
+}
+
+// The "types" and "label_sets" tables of a checkpoint: each series type (family, help, kind, bounds) and
+// each label set is written once and referred to by its index.
+class CheckpointTables {
+ public:
+  static constexpr std::size_t kRefused = static_cast<std::size_t>(-1);  // not UTF-8 or not finite
+
+  // `written`: the label sets the previous checkpoint wrote; replaced by those this one writes (finish).
+  explicit CheckpointTables(RetiredTotals::WrittenLabelSets& written) : written_(written) {}
+
+  // kind: 0 counter, 1 histogram, 2 summary.
+  std::size_t type(std::string_view family, std::string_view help, int kind, std::span<const double> bounds) {
+    auto [it, inserted] = types_index_.try_emplace(Type{family, help, kind, bounds}, kRefused);
+    if (!inserted) return it->second;
+    const bool finite = std::all_of(bounds.begin(), bounds.end(), [](double b) { return std::isfinite(b); });
+    if (!finite || !shm::is_valid_utf8(family) || !shm::is_valid_utf8(help)) return kRefused;
+    it->second = types_count_++;
+    types_.append(it->second == 0 ? "[" : ",[");
+    append_json_string(types_, family);
+    types_.push_back(',');
+    append_json_string(types_, help);
+    types_.push_back(',');
+    append_json_number(types_, kind);
+    types_.append(",[");
+    for (std::size_t i = 0; i < bounds.size(); ++i) {
+      if (i != 0) types_.push_back(',');
+      append_json_number(types_, bounds[i]);
+    }
+    types_.append("]]");
+    return it->second;
+  }
+
+  // By identity, not by content (CumulativeLabels keeps the same objects from one checkpoint to the next):
+  // each label set is escaped and checked once while it is written.
+  std::size_t label_set(const std::shared_ptr<const Labels>& labels) {
+    auto [it, inserted] = label_sets_index_.try_emplace(labels.get(), kRefused);
+    if (!inserted) return it->second;
+    RetiredTotals::WrittenLabels& text = next_[labels.get()];
+    if (auto before = written_.find(labels.get()); before != written_.end()) {
+      text = std::move(before->second);  // the same object as last time: the same text
+    } else {
+      text.labels = labels;
+      text.json = labels_text(*labels);
+    }
+    if (text.json.empty()) return kRefused;
+    it->second = label_sets_count_++;
+    if (it->second != 0) label_sets_.push_back(',');
+    label_sets_.append(text.json);
+    return it->second;
+  }
+
+  void finish(std::string& out) {
+    out.append(",\"types\":[").append(types_).append("],\"label_sets\":[").append(label_sets_).push_back(']');
+    written_ = std::move(next_);
+  }
+
+ private:
+  struct Type {
+    std::string_view family;
+    std::string_view help;
+    int kind = 0;
+    std::span<const double> bounds;
+    bool operator<(const Type& o) const {
+      if (family != o.family) return family < o.family;
+      if (help != o.help) return help < o.help;
+      if (kind != o.kind) return kind < o.kind;
+      return std::lexicographical_compare(bounds.begin(), bounds.end(), o.bounds.begin(), o.bounds.end());
+    }
+  };
+  // Empty when a name or value is not UTF-8.
+  static std::string labels_text(const Labels& labels) {
+    std::string json = "[";
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (!shm::is_valid_utf8(labels[i].name) || !shm::is_valid_utf8(labels[i].value)) return {};
+      json.append(i == 0 ? "[" : ",[");
+      append_json_string(json, labels[i].name);
+      json.push_back(',');
+      append_json_string(json, labels[i].value);
+      json.push_back(']');
+    }
+    json.push_back(']');
+    return json;
+  }
+
+  RetiredTotals::WrittenLabelSets& written_;
+  RetiredTotals::WrittenLabelSets next_;
+  // Keys view the checkpoints being written, which outlive the tables.
+  std::map<Type, std::size_t> types_index_;
+  std::unordered_map<const Labels*, std::size_t> label_sets_index_;
+  std::size_t types_count_ = 0;
+  std::size_t label_sets_count_ = 0;
+  std::string types_;
+  std::string label_sets_;
+};
+
+// The checkpoint file, written as text directly: it is rewritten before every scrape, and a JSON tree of
+// every value first would cost about as much as rendering the exposition. A generation's entry holds
+// little more than its values (CheckpointTables):
+//   {"version": 1,
+//    "generations": [{"segment": name, "generation": "<nonce>",
+//                     "gauges": [{"key", "integral", "value", "until_ns": "<n>"}, ...],
+//                     "counters": [[type, label set, value], ...],
+//                     "histograms": [[type, label set, sum, [counts]], ...]}, ...],
+//    "types": [[family, help, kind, [bounds]], ...],
+//    "label_sets": [[[name, value], ...], ...]}
+// Only what the reader accepts is written: a non-finite number or a string that is not UTF-8 (neither is
+// JSON) leaves its entry out rather than making the whole file unreadable.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string& out, RetiredTotals::WrittenLabelSets& written) : out_(out), tables_(written) {
+    out_.clear();
+    out_.append("{\"version\":").append(std::to_string(kStateVersion)).append(",\"generations\":[");
+  }
+
+  void generation(const RetiredTotals::GenerationKey& key, const RetiredTotals::LiveCheckpoint& checkpoint) {
+    if (!shm::is_valid_utf8(key.first)) return;
+    if (generations_++ != 0) out_.push_back(',');
+    out_.append("{\"segment\":");
+    append_json_string(out_, key.first);
+    out_.append(R"(,"generation":")").append(std::to_string(key.second)).append(R"(","gauges":[)");
+    bool first = true;
+    for (const auto& [name, c] : checkpoint.integrals) {
+      if (!std::isfinite(c.integral) || !std::isfinite(c.value) || !shm::is_valid_utf8(name)) continue;
+      out_.append(std::exchange(first, false) ? "{\"key\":" : ",{\"key\":");
+      append_json_string(out_, name);
+      out_.append(",\"integral\":");
+      append_json_number(out_, c.integral);
+      out_.append(",\"value\":");
+      append_json_number(out_, c.value);
+      out_.append(R"(,"until_ns":")").append(std::to_string(c.until_ns)).append(R"("})");
+    }
+    out_.push_back(']');
+    if (checkpoint.totals.has_value()) totals(*checkpoint.totals);
+    out_.push_back('}');
+  }
+
+  void finish() {
+    out_.push_back(']');
+    tables_.finish(out_);
+    out_.append("}\n");
+  }
+
+ private:
+  void totals(const CumulativeTotals& totals) {
+    out_.append(",\"counters\":[");
+    bool first = true;
+    for (const auto& c : totals.counters) {
+      const std::size_t t = tables_.type(c.family, c.help, 0, {});
+      const std::size_t l = tables_.label_set(c.labels);
+      if (t == CheckpointTables::kRefused || l == CheckpointTables::kRefused || !std::isfinite(c.value))
+        continue;
+      out_.append(std::exchange(first, false) ? "[" : ",[");
+      entry_head(t, l);
+      append_json_number(out_, c.value);
+      out_.push_back(']');
+    }
+    out_.append("],\"histograms\":[");
+    first = true;
+    for (const auto& h : totals.histograms) {
+      const std::size_t t = tables_.type(h.family, h.help, h.summary ? 2 : 1, h.bounds);
+      const std::size_t l = tables_.label_set(h.labels);
+      if (t == CheckpointTables::kRefused || l == CheckpointTables::kRefused || !std::isfinite(h.sum))
+        continue;
+      out_.append(std::exchange(first, false) ? "[" : ",[");
+      entry_head(t, l);
+      append_json_number(out_, h.sum);
+      out_.append(",[");
+      for (std::size_t i = 0; i < h.counts.size(); ++i) {
+        if (i != 0) out_.push_back(',');
+        append_json_number(out_, h.counts[i]);
+      }
+      out_.append("]]");
+    }
+    out_.push_back(']');
+  }
+  void entry_head(std::size_t type, std::size_t label_set) {
+    append_json_number(out_, type);
+    out_.push_back(',');
+    append_json_number(out_, label_set);
+    out_.push_back(',');
+  }
+
+  std::string& out_;
+  CheckpointTables tables_;
+  std::size_t generations_ = 0;
+};
+
+// Reads the totals CheckpointWriter wrote. A malformed document throws (boost::json accessors, out-of-range
+// indices), which refuses the whole file; a series that must not be served is dropped and counted in
+// `dropped` (`why`: the first reason), as an entry of the retired totals would be.
+class TotalsDecoder {
+ public:
+  explicit TotalsDecoder(const boost::json::object& doc) {
+    if (const auto* types = doc.if_contains("types")) {
+      for (const auto& t : types->as_array()) {
+        const auto& a = t.as_array();
+        Type type;
+        type.family = std::string(a.at(0).as_string());
+        type.help = std::string(a.at(1).as_string());
+        type.kind = a.at(2).to_number<int>();
+        for (const auto& b : a.at(3).as_array()) type.bounds.push_back(b.to_number<double>());
+        types_.push_back(std::move(type));
+      }
+    }
+    if (const auto* sets = doc.if_contains("label_sets")) {
+      for (const auto& l : sets->as_array())
+        label_sets_.push_back(std::make_shared<const Labels>(labels_from(l.as_array())));
+    }
+  }
+  CumulativeTotals totals(const boost::json::object& generation, std::uint64_t& dropped,
+                          std::string& why) const {
+    CumulativeTotals out;
+    for (const auto& entry : generation.at("counters").as_array()) {
+      const auto& a = entry.as_array();
+      const Type& type = types_.at(a.at(0).to_number<std::size_t>());
+      CumulativeTotals::Counter c{type.family, type.help, label_sets_.at(a.at(1).to_number<std::size_t>()),
+                                  a.at(2).to_number<double>()};
+      std::string reason;
+      if (type.kind != 0 || !valid_series(c.family, *c.labels, reason) || !std::isfinite(c.value) ||
+          c.value < 0 || !shm::is_valid_utf8(c.help)) {
+        if (dropped++ == 0)
+          why = reason.empty() ? "not a finite non-negative counter, or help not UTF-8" : reason;
+        continue;
+      }
+      out.counters.push_back(std::move(c));
+    }
+    for (const auto& entry : generation.at("histograms").as_array()) {
+      const auto& a = entry.as_array();
+      const Type& type = types_.at(a.at(0).to_number<std::size_t>());
+      CumulativeTotals::Histogram h;
+      h.family = type.family;
+      h.help = type.help;
+      h.labels = label_sets_.at(a.at(1).to_number<std::size_t>());
+      h.sum = a.at(2).to_number<double>();
+      for (const auto& n : a.at(3).as_array()) h.counts.push_back(n.to_number<std::uint64_t>());
+      h.bounds = type.bounds;
+      h.summary = type.kind == 2;
+      std::string reason;
+      if ((type.kind != 1 && type.kind != 2) || !valid_series(h.family, *h.labels, reason) ||
+          !valid_histogram(h.bounds, h.counts, h.sum, h.summary) || !shm::is_valid_utf8(h.help)) {
+        if (dropped++ == 0) {
+          why = reason.empty() ? "bounds not finite and increasing, bucket count mismatch, or sum not finite"
+                               : reason;
+        }
+        continue;
+      }
+      out.histograms.push_back(std::move(h));
+    }
+    return out;
+  }
+
+ private:
+  struct Type {
+    std::string family;
+    std::string help;
+    int kind = 0;
+    std::vector<double> bounds;
+  };
+  std::vector<Type> types_;
+  std::vector<std::shared_ptr<const Labels>> label_sets_;
+};
 
 bool write_all(int fd, const std::string& data) {
   std::size_t done = 0;
@@ -149,35 +497,39 @@ RetiredTotals::RetiredTotals(std::string state_dir) : dir_(std::move(state_dir))
 RetiredTotals::Checkpoints RetiredTotals::take_checkpoints(const GenerationKey& generation) {
   auto it = unclaimed_checkpoints_.find(generation);
   if (it == unclaimed_checkpoints_.end()) return {};
-  Checkpoints out = std::move(it->second);
+  Checkpoints out = std::move(it->second.integrals);
   unclaimed_checkpoints_.erase(it);
   return out;
 }
 
-bool RetiredTotals::save_checkpoints(const std::map<GenerationKey, Checkpoints>& live, bool drop_unclaimed,
+std::vector<RetiredTotals::GenerationKey> RetiredTotals::unclaimed_totals() const {
+  std::vector<GenerationKey> out;
+  for (const auto& [key, checkpoint] : unclaimed_checkpoints_) {
+    if (checkpoint.totals.has_value()) out.push_back(key);
+  }
+  return out;
+}
+
+void RetiredTotals::fold_unclaimed(const GenerationKey& generation) {
+  auto it = unclaimed_checkpoints_.find(generation);
+  if (it != unclaimed_checkpoints_.end() && it->second.totals.has_value())
+    fold(generation, *it->second.totals);
+}
+
+bool RetiredTotals::save_checkpoints(const std::map<GenerationKey, LiveCheckpoint>& live, bool drop_unclaimed,
                                      std::string& error) {
   if (checkpoint_path_.empty()) return true;
-  if (drop_unclaimed) unclaimed_checkpoints_.clear();
-  boost::json::array generations;
-  auto put = [&](const GenerationKey& key, const Checkpoints& checkpoints) {
-    boost::json::array entries;
-    for (const auto& [name, c] : checkpoints) {
-      entries.push_back(boost::json::object{{"key", name},
-                                            {"integral", c.integral},
-                                            {"value", c.value},
-                                            {"until_ns", std::to_string(c.until_ns)}});
-    }
-    generations.push_back(boost::json::object{
-        {"segment", key.first}, {"generation", std::to_string(key.second)}, {"gauges", std::move(entries)}});
-  };
-  for (const auto& [key, checkpoints] : live) put(key, checkpoints);
-  for (const auto& [key, checkpoints] : unclaimed_checkpoints_) {
-    if (live.count(key) == 0) put(key, checkpoints);
+  if (drop_unclaimed) {
+    std::erase_if(unclaimed_checkpoints_, [](const auto& entry) { return !entry.second.totals.has_value(); });
   }
-  boost::json::object doc;
-  doc["version"] = kStateVersion;
-  doc["generations"] = std::move(generations);
-  std::string text = boost::json::serialize(doc) + "\n";
+  std::string text;
+  text.reserve(last_checkpoint_text_.size() + last_checkpoint_text_.size() / 8);
+  CheckpointWriter writer(text, written_labels_);
+  for (const auto& [key, checkpoint] : live) writer.generation(key, checkpoint);
+  for (const auto& [key, checkpoint] : unclaimed_checkpoints_) {
+    if (live.count(key) == 0) writer.generation(key, checkpoint);
+  }
+  writer.finish();
   if (text == last_checkpoint_text_) return true;
   if (!replace_file(checkpoint_path_, text, /*durable=*/false, error)) return false;
   last_checkpoint_text_ = std::move(text);
@@ -220,7 +572,12 @@ bool RetiredTotals::check_directory(std::string& error) const {
 
 bool RetiredTotals::load(std::string& error) {
   if (path_.empty()) return true;
+  const bool loaded = load_totals(error);
   load_checkpoints();
+  return loaded;
+}
+
+bool RetiredTotals::load_totals(std::string& error) {
   // A symlink or FIFO planted at the state file's name is neither followed nor able to block the start.
   const std::optional<std::string> read = read_state_file(path_);
   if (!read) {
@@ -250,44 +607,25 @@ bool RetiredTotals::load(std::string& error) {
       generations_.insert({std::string(a.at(0).as_string()), std::stoull(std::string(a.at(1).as_string()))});
     }
     for (const auto& c : doc.at("counters").as_array()) {
-      const auto& o = c.as_object();
-      Counter counter;
-      counter.value = o.at("value").to_number<double>();
-      if (const auto* help = o.if_contains("help")) counter.help = std::string(help->as_string());
-      std::string family(o.at("family").as_string());
-      Labels labels = labels_from(o.at("labels").as_array());
       std::string why;
-      if (!valid_series(family, labels, why)) {
-        drop(family, why);
+      auto counter = parse_counter(c.as_object(), why);
+      if (!counter) {
+        drop(std::string(c.as_object().at("family").as_string()), why);
         continue;
       }
-      if (!std::isfinite(counter.value) || counter.value < 0 || !shm::is_valid_utf8(counter.help)) {
-        drop(family, "value not a finite non-negative number, or help not UTF-8");
-        continue;
-      }
-      counters_[{std::move(family), std::move(labels)}] = std::move(counter);
+      counters_[{std::move(counter->family), *counter->labels}] =
+          Counter{counter->value, std::move(counter->help)};
     }
     for (const auto& h : doc.at("histograms").as_array()) {
-      const auto& o = h.as_object();
-      Histogram hist;
-      for (const auto& b : o.at("bounds").as_array()) hist.bounds.push_back(b.to_number<double>());
-      for (const auto& n : o.at("counts").as_array()) hist.counts.push_back(n.to_number<std::uint64_t>());
-      hist.sum = o.at("sum").to_number<double>();
-      if (const auto* help = o.if_contains("help")) hist.help = std::string(help->as_string());
-      if (const auto* summary = o.if_contains("summary")) hist.summary = summary->as_bool();
-      std::string family(o.at("family").as_string());
-      Labels labels = labels_from(o.at("labels").as_array());
       std::string why;
-      if (!valid_series(family, labels, why)) {
-        drop(family, why);
+      auto histogram = parse_histogram(h.as_object(), why);
+      if (!histogram) {
+        drop(std::string(h.as_object().at("family").as_string()), why);
         continue;
       }
-      if (!valid_histogram(hist.bounds, hist.counts, hist.sum, hist.summary) ||
-          !shm::is_valid_utf8(hist.help)) {
-        drop(family, "bounds not finite and increasing, bucket count mismatch, or sum not finite");
-        continue;
-      }
-      histograms_[{std::move(family), std::move(labels)}] = std::move(hist);
+      histograms_[{std::move(histogram->family), *histogram->labels}] =
+          Histogram{std::move(histogram->bounds), std::move(histogram->counts), histogram->sum,
+                    std::move(histogram->help), histogram->summary};
     }
   } catch (const std::exception& e) {
     generations_.clear();
@@ -305,21 +643,25 @@ bool RetiredTotals::load(std::string& error) {
 }
 
 void RetiredTotals::load_checkpoints() {
-  // Only a hint for continuity: a missing or unreadable file starts the integrals of live generations
-  // at 0 (Prometheus reads that as one counter reset), it never stops the daemon.
+  // A missing or unreadable file starts the integrals of live generations at 0 (Prometheus reads that as
+  // one counter reset) and recovers no generation that ended while no daemon ran; it never stops the
+  // daemon.
   const auto text = read_state_file(checkpoint_path_);
   if (!text) {
     if (errno != ENOENT) spdlog::warn("{} cannot be read; live integrals start at 0", checkpoint_path_);
     return;
   }
+  std::uint64_t dropped = 0;
+  std::string first_reason;
   try {
     const boost::json::object doc = boost::json::parse(*text).as_object();
     if (doc.at("version").as_int64() != kStateVersion) throw std::runtime_error("unknown version");
+    const TotalsDecoder decoder(doc);
     for (const auto& g : doc.at("generations").as_array()) {
       const auto& o = g.as_object();
       const GenerationKey key{std::string(o.at("segment").as_string()),
                               std::stoull(std::string(o.at("generation").as_string()))};
-      Checkpoints& checkpoints = unclaimed_checkpoints_[key];
+      LiveCheckpoint& checkpoint = unclaimed_checkpoints_[key];
       for (const auto& e : o.at("gauges").as_array()) {
         const auto& entry = e.as_object();
         IntegralCheckpoint c;
@@ -328,18 +670,32 @@ void RetiredTotals::load_checkpoints() {
         c.until_ns = std::stoull(std::string(entry.at("until_ns").as_string()));
         // Forged or damaged numbers are refused here; GaugeTrack::restore refuses them again.
         if (!std::isfinite(c.integral) || c.integral < 0 || !std::isfinite(c.value)) continue;
-        checkpoints[std::string(entry.at("key").as_string())] = c;
+        checkpoint.integrals[std::string(entry.at("key").as_string())] = c;
       }
+      if (o.contains("counters") && o.contains("histograms"))
+        checkpoint.totals = decoder.totals(o, dropped, first_reason);
     }
   } catch (const std::exception& e) {
     unclaimed_checkpoints_.clear();
-    spdlog::warn("{} is not a valid integral checkpoint ({}); live integrals start at 0", checkpoint_path_,
-                 e.what());
+    spdlog::warn("{} is not a valid checkpoint ({}); live integrals start at 0", checkpoint_path_, e.what());
+    return;
   }
+  invalid_entries_ += dropped;
+  if (dropped != 0) {
+    spdlog::error("{}: dropped {} invalid entries (never served), the first: {}", checkpoint_path_, dropped,
+                  first_reason);
+  }
+  // Written before the retired totals that hold it were known to be saved (a daemon stopped between the
+  // two writes): the totals have it already.
+  std::erase_if(unclaimed_checkpoints_,
+                [&](const auto& entry) { return holds(entry.first) || holds_nonce(entry.first.second); });
 }
 
-bool RetiredTotals::save(std::string& error) const {
-  if (path_.empty()) return true;
+bool RetiredTotals::save(std::string& error) {
+  if (path_.empty()) {
+    unsaved_.clear();  // memory is all there is
+    return true;
+  }
   boost::json::object doc;
   doc["version"] = kStateVersion;
   boost::json::array generations;
@@ -349,22 +705,12 @@ bool RetiredTotals::save(std::string& error) const {
   }
   doc["generations"] = std::move(generations);
   boost::json::array counters;
-  for (const auto& [key, c] : counters_) {
-    counters.push_back(boost::json::object{
-        {"family", key.first}, {"labels", labels_json(key.second)}, {"value", c.value}, {"help", c.help}});
-  }
+  for (const auto& [key, c] : counters_)
+    counters.push_back(counter_json(key.first, key.second, c.value, c.help));
   doc["counters"] = std::move(counters);
   boost::json::array histograms;
   for (const auto& [key, h] : histograms_) {
-    boost::json::array bounds(h.bounds.begin(), h.bounds.end());
-    boost::json::array counts(h.counts.begin(), h.counts.end());
-    histograms.push_back(boost::json::object{{"family", key.first},
-                                             {"labels", labels_json(key.second)},
-                                             {"bounds", std::move(bounds)},
-                                             {"counts", std::move(counts)},
-                                             {"sum", h.sum},
-                                             {"help", h.help},
-                                             {"summary", h.summary}});
+    histograms.push_back(histogram_json(key.first, key.second, h.bounds, h.counts, h.sum, h.help, h.summary));
   }
   doc["histograms"] = std::move(histograms);
   const std::string text = boost::json::serialize(doc) + "\n";
@@ -375,12 +721,27 @@ bool RetiredTotals::save(std::string& error) const {
     ::fsync(dfd);
     ::close(dfd);
   }
+  unsaved_.clear();
   return true;
 }
 
-void RetiredTotals::forget_generations_except(const std::set<GenerationKey>& still_present) {
+void RetiredTotals::mark_retired(const GenerationKey& generation) {
+  if (generations_.insert(generation).second) unsaved_.insert(generation);
+}
+
+void RetiredTotals::fold(const GenerationKey& generation, const CumulativeTotals& totals) {
+  if (holds(generation)) return;
+  for (const auto& c : totals.counters) add_counter(generation, c.family, *c.labels, c.value, c.help);
+  for (const auto& h : totals.histograms)
+    add_histogram(generation, h.family, *h.labels, h.bounds, h.counts, h.sum, h.help, h.summary);
+  mark_retired(generation);
+}
+
+void RetiredTotals::forget_generations_except(const std::set<GenerationKey>& still_present,
+                                              const std::set<std::string>& unidentified) {
   for (auto it = generations_.begin(); it != generations_.end();) {
-    it = still_present.count(*it) != 0 ? std::next(it) : generations_.erase(it);
+    const bool keep = still_present.count(*it) != 0 || unidentified.count(it->first) != 0;
+    it = keep ? std::next(it) : generations_.erase(it);
   }
 }
 

@@ -65,13 +65,15 @@ http::Response ScrapeCache::respond(const http::Request& request) {
   return r;
 }
 
-void ScrapeCache::save_integral_checkpoints() {
-  if (!retired_.persistent() || !registry_.integrals().enabled()) return;
+void ScrapeCache::save_checkpoints() {
+  if (!retired_.persistent()) return;
   std::string error;
-  if (!retired_.save_checkpoints(registry_.integral_checkpoints(), registry_.scanned_once(), error) &&
-      !checkpoint_error_logged_) {
+  if (!registry_.save_checkpoints(error) && !checkpoint_error_logged_) {
     checkpoint_error_logged_ = true;  // the next scrape tries again
-    spdlog::error("integral checkpoint not saved (a daemon restart would restart the integrals): {}", error);
+    spdlog::error(
+        "checkpoint not saved (a daemon restart would restart the integrals, and lose a generation that "
+        "ends while no daemon runs): {}",
+        error);
   }
 }
 
@@ -87,7 +89,7 @@ void ScrapeCache::render(std::string& body, std::vector<std::size_t>& family_end
   options.dead_grace_ns = static_cast<std::uint64_t>(config_.dead_grace.count()) * 1'000'000ull;
   options.integrals = &registry_.integrals();
   collect_engine_metrics(registry_.generations(), options, engine_);
-  save_integral_checkpoints();
+  save_checkpoints();
   retired_.contribute(engine_);
   note_drops();
   body.reserve(last_body_bytes_ + last_body_bytes_ / 8);

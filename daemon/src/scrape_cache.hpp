@@ -30,8 +30,9 @@ class ScrapeCache {
 
   // The answer to a request for the telemetry path: gzip, plain or filtered (?name[]=, ?self_metrics=).
   http::Response respond(const http::Request& request);
-  // Before any integral is served: a restarted daemon then continues from at least what was served.
-  void save_integral_checkpoints();
+  // Before any value is served (SegmentRegistry::save_checkpoints): a restarted daemon then continues
+  // every integral, and keeps every generation that ended meanwhile, from at least what was served.
+  void save_checkpoints();
 
  private:
   // Writes the exposition into `body`; `family_ends` receives where each family ends (the gzip chunks).

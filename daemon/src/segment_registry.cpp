@@ -317,10 +317,58 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
     // Retired generations are remembered only while their file might still be found; after the first
     // scan, forget those whose file is gone, so the store does not grow with every restart.
     present.insert(retired_skipped_.begin(), retired_skipped_.end());
-    retired_.forget_generations_except(present);
+    std::set<std::string> unidentified(names.begin(), names.end());
+    for (const auto& key : present) unidentified.erase(key.first);
+    retired_.forget_generations_except(present, unidentified);
     pruned_retired_generations_ = true;
   }
+  resolve_checkpoints();
+  persist_retired();
+  if (checkpoint_due_) {
+    // A generation opened (its totals are checkpointed from the start) or lost its name to a successor
+    // while alive: persisted now, not at the next scrape, which a daemon crash could forestall.
+    std::string error;
+    if (!save_checkpoints(error))
+      spdlog::error("checkpoint not saved (retried at the next scrape): {}", error);
+  }
   return opened;
+}
+
+bool SegmentRegistry::generation_gone(const RetiredTotals::GenerationKey& key) const {
+  struct stat st {};
+  if (::lstat((options_.directory + "/" + key.first).c_str(), &st) != 0) return errno == ENOENT;
+  auto it = tracked_.find(key.first);
+  if (it == tracked_.end()) return false;  // present but not opened (refused, being created, over budget)
+  const Tracked& t = it->second;
+  if (t.current && t.current->inode() == st.st_ino && t.current->device() == st.st_dev)
+    return t.current->identity().generation != key.second;
+  // The name holds a retired generation's file: another generation (the key is not retired).
+  return !t.current && t.retired_inode == st.st_ino && t.retired_device == st.st_dev;
+}
+
+void SegmentRegistry::resolve_checkpoints() {
+  bool recovered = false;
+  for (const RetiredTotals::GenerationKey& key : retired_.unclaimed_totals()) {
+    if (retired_.holds(key)) continue;  // dropped below once persisted
+    const auto parsed = shm::parse_segment_name(key.first);
+    if (retired_.holds_nonce(key.second) || !parsed || !wanted(parsed->instance)) {
+      retired_.drop_unclaimed(key);  // retired under another name, or not this daemon's to serve
+      continue;
+    }
+    if (!generation_gone(key)) continue;  // its file may still be opened: never counted twice
+    // Its successor was renamed over it, or its file removed, while no daemon ran: what the previous
+    // daemon last saw of it (at least what Prometheus read) joins the retired totals.
+    retired_.fold_unclaimed(key);
+    ++counters_.generations_recovered;
+    recovered = true;
+    spdlog::info(
+        "segment {}: generation {:016x} ended while no daemon ran; its checkpointed totals are retired",
+        key.first, key.second);
+  }
+  if (recovered) persist_retired();
+  for (const RetiredTotals::GenerationKey& key : retired_.unclaimed_totals()) {
+    if (retired_.persisted(key)) retired_.drop_unclaimed(key);
+  }
 }
 
 const std::string* SegmentRegistry::inode_holder(const struct stat& st, const std::string& name) const {
@@ -465,6 +513,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
     t.current->refresh_cumulative();
     carry_ring_totals(t, *t.current);
     ++counters_.generations_replaced;
+    // Its file is gone with its name: from now on only this daemon knows its totals. A dead one was
+    // folded when it died; a live one (its writer's death not seen yet) is checkpointed at once.
     spdlog::info("segment {} replaced by a new generation (pid {} -> {})", name, t.current->identity().pid,
                  pid);
     t.previous.push_back(std::move(t.current));
@@ -479,6 +529,7 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   t.pid_visible = start_ticks != 0;
   t.retired_inode = 0;
   t.retired_device = 0;
+  checkpoint_due_ = true;
   segment->refresh_cumulative();
   note_faults(*segment, now_ns);
   check_schema(*segment);
@@ -495,11 +546,17 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
       drain_counted(*segment, now_ns);
       segment->refresh_cumulative();
       segment->set_state(RankState::kDead, now_ns);
+      fold(*segment, now_ns);
       spdlog::info("segment {} (pid {}): DEAD at attach (its writer exited while no daemon watched it)", name,
                    pid);
     }
   } else if (segment->producer().closed) {
+    // Closed before this daemon started: its last records are drained now, as those of a generation
+    // that closes while the daemon watches (drain_all only drains live ones).
+    drain_counted(*segment, now_ns);
+    segment->refresh_cumulative();
     segment->set_state(RankState::kClosed, now_ns);
+    fold(*segment, now_ns);
   }
   t.current = std::move(segment);
 }
@@ -610,6 +667,7 @@ int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseco
       note_faults(s, now_ns);
     }
     s.set_state(after, now_ns);
+    if (!is_live(after)) fold(s, now_ns);
     ++changed;
     spdlog::info("segment {} (pid {}): {} -> {}", name, s.identity().pid, rank_state_name(before),
                  rank_state_name(after));
@@ -618,56 +676,42 @@ int SegmentRegistry::check_liveness(std::uint64_t now_ns, std::chrono::milliseco
     if (t.current) check_one(*t.current, t.pid_visible, name);
     for (auto& p : t.previous) check_one(*p, true, name);
   }
+  persist_retired();
   return changed;
 }
 
-bool SegmentRegistry::retire(RankSegment& s) {
-  s.refresh_cumulative();
-  const RetiredTotals::GenerationKey key{s.name(), s.identity().generation};
-  if (!s.schema_conflict()) {
-    // The same series as the exposition takes from a live generation (collect_engine_metrics).
-    const bool engine_rule_passed = exports_engine_metrics(s.identity());
-    const Labels base = identity_labels(s.identity(), options_.instance_label);
-    for (const SeriesState& series : s.series()) {
-      const bool declared = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-      if (!declared && !engine_rule_passed) continue;
-      if (series.info.kind == shm::SeriesKind::kCounter) {
-        retired_.add_counter(key, series.info.family, series_labels(base, series), series.value.value,
-                             series.info.help);
-      } else if (series.info.kind == shm::SeriesKind::kHistogram ||
-                 series.info.kind == shm::SeriesKind::kSummary) {
-        retired_.add_histogram(key, series.info.family, series_labels(base, series), series.info.bounds,
-                               series.value.counts, series.value.sum, series.info.help,
-                               series.info.kind == shm::SeriesKind::kSummary);
-      }
-    }
-    // Integrals are counters like the others: folded the same way, so they never go backwards.
-    s.settle_integrals(shm::monotonic_ns());
-    for (const IntegratedGauge& g : s.integrated()) {
-      if (!g.track.has_value()) continue;
-      Labels labels;
-      if (g.field != nullptr) {
-        if (!engine_rule_passed) continue;
-        labels = base;
-      } else {
-        const SeriesState& series = s.series()[g.series_position];
-        const bool declared = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-        if (!declared && !engine_rule_passed) continue;
-        labels = series_labels(base, series);
-      }
-      retired_.add_counter(key, integral_family_name(g.family), labels, g.track.integral(),
-                           integral_help(g.family));
-    }
+void SegmentRegistry::fold(RankSegment& s, std::uint64_t now_ns) {
+  if (s.folded()) return;
+  // Integrals are counters like the others: folded the same way, so they never go backwards. A DEAD or
+  // CLOSED generation's integrals stopped at its writer's last sign of life.
+  s.settle_integrals(now_ns);
+  retired_.fold({s.name(), s.identity().generation}, cumulative_totals(s, options_.instance_label));
+  s.mark_folded();
+  ++counters_.generations_folded;
+}
+
+bool SegmentRegistry::persist_retired() {
+  if (!retired_.unsaved()) return true;
+  std::string error;
+  if (retired_.save(error)) {
+    persist_failure_logged_ = false;
+    return true;
   }
-  retired_.mark_retired(key);
+  if (!persist_failure_logged_) {
+    persist_failure_logged_ = true;
+    spdlog::error(
+        "retired totals not persisted (retried on every liveness pass; their segments stay on disk): {}",
+        error);
+  }
+  return false;
+}
+
+bool SegmentRegistry::retire(RankSegment& s) {
+  fold(s, shm::monotonic_ns());  // folded already when it died: nothing is added twice
   ++counters_.generations_retired;
   retired_series_over_limit_ += s.series_over_limit();
   retired_series_invalid_ += s.invalid_series();
-  std::string error;
-  if (!retired_.save(error)) {
-    spdlog::error("retired totals not persisted, keeping segment {} on disk: {}", s.name(), error);
-    return false;
-  }
+  if (!persist_retired()) return false;  // the file stays for a restarted daemon to count
   if (s.state() == RankState::kDead && s.producer().heartbeat_ns > s.heartbeat_at_state_change()) {
     // Written after its writer was judged gone: a writer in another pid namespace, whose pid means
     // nothing here. Its file stays (unlinking it would cut a live engine off).
@@ -689,6 +733,7 @@ bool SegmentRegistry::retire(RankSegment& s) {
 int SegmentRegistry::retire_expired(std::uint64_t now_ns) {
   const std::uint64_t grace_ns = to_ns(options_.dead_grace);
   int retired = 0;
+  persist_retired();  // a save that failed earlier
   for (auto& [name, t] : tracked_) {
     for (auto it = t.previous.begin(); it != t.previous.end();) {
       if (!expired(**it, now_ns, grace_ns)) {
@@ -720,19 +765,30 @@ void SegmentRegistry::settle_integrals(std::uint64_t now_ns) {
   }
 }
 
-std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> SegmentRegistry::integral_checkpoints()
-    const {
-  std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> out;
+bool SegmentRegistry::save_checkpoints(std::string& error) {
+  checkpoint_due_ = false;
+  if (!retired_.persistent()) return true;
+  std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> live;
+  std::map<RetiredTotals::GenerationKey, CumulativeLabels> labels;  // of the generations held now
   for (const RankSegment* s : generations()) {
-    RetiredTotals::Checkpoints checkpoints;
+    const RetiredTotals::GenerationKey key{s->name(), s->identity().generation};
+    RetiredTotals::LiveCheckpoint checkpoint;
     for (const IntegratedGauge& g : s->integrated()) {
       if (!g.track.has_value()) continue;
-      checkpoints[g.checkpoint_key] =
+      checkpoint.integrals[g.checkpoint_key] =
           IntegralCheckpoint{g.track.integral(), g.track.value(), g.track.integrated_until_ns()};
     }
-    if (!checkpoints.empty()) out[{s->name(), s->identity().generation}] = std::move(checkpoints);
+    // Until the retired totals on disk hold it, a generation's totals are kept here: a restarted daemon
+    // that no longer finds its file retires these.
+    if (!retired_.persisted(key)) {
+      auto node = checkpoint_labels_.extract(key);
+      CumulativeLabels& known = node.empty() ? labels[key] : labels.insert(std::move(node)).position->second;
+      checkpoint.totals = cumulative_totals(*s, options_.instance_label, &known);
+    }
+    if (!checkpoint.integrals.empty() || checkpoint.totals.has_value()) live[key] = std::move(checkpoint);
   }
-  return out;
+  checkpoint_labels_ = std::move(labels);
+  return retired_.save_checkpoints(live, scanned_once(), error);
 }
 
 void SegmentRegistry::refresh_cumulative() {

@@ -1,12 +1,15 @@
 // Discovery, validation, liveness and retirement of every segment in the shm directory.
 //
 // The directory is the registry: a periodic scan finds new segments (inotify only makes the scan come
-// sooner), and a changed inode under a known name is a new generation of a restarted rank. Older and
-// dead generations stay mapped for `dead_grace` so their last values and per-pid series remain
-// visible; then they are retired: their counter and histogram totals move into RetiredTotals (so no
-// exported counter ever goes backwards), the mapping is dropped and, when the totals are persisted,
-// the segment file is unlinked if its name still points to the same inode. Single-threaded: used
-// only from the daemon's io thread.
+// sooner), and a changed inode under a known name is a new generation of a restarted rank. A generation
+// that can count no more (DEAD, CLOSED) is folded at once: its counter and histogram totals move into
+// RetiredTotals, persisted with --state.dir (so no exported counter ever goes backwards, even over a
+// daemon restart), and the scrape no longer sums them from its mapping. Older and dead generations stay
+// mapped for `dead_grace` so their last gauge values and per-pid series remain visible; then they are
+// retired: the mapping is dropped and, when the totals are persisted, the segment file is unlinked if its
+// name still points to the same inode. Live generations' totals are checkpointed (save_checkpoints) so that
+// a generation that ends while no daemon runs is recovered by the next one. Single-threaded: used only
+// from the daemon's io thread.
 #pragma once
 
 #include <sys/stat.h>
@@ -51,6 +54,10 @@ struct RegistryCounters {
   std::array<std::uint64_t, shm::kRejectReasonCount> rejected_by_reason{};
   std::uint64_t schema_conflicts = 0;
   std::uint64_t generations_replaced = 0;
+  // Dead or closed generations whose totals joined the retired totals (before their grace period ends).
+  std::uint64_t generations_folded = 0;
+  // Generations that ended while no daemon ran, retired from the previous daemon's checkpoint.
+  std::uint64_t generations_recovered = 0;
   std::uint64_t generations_retired = 0;
   std::uint64_t segments_unlinked = 0;
   std::uint64_t temporaries_swept = 0;
@@ -147,8 +154,11 @@ class SegmentRegistry {
   void refresh_cumulative();
   // Before a scrape: every generation's integrals held up to its writer's last sign of life.
   void settle_integrals(std::uint64_t now_ns);
-  // What each held generation's integrals are now, for RetiredTotals::save_checkpoints.
-  std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> integral_checkpoints() const;
+  // With --state.dir, checkpoints what every held generation has counted (RetiredTotals::save_checkpoints):
+  // its integrals, and its totals while the retired totals on disk do not hold them. Called before a
+  // scrape is answered (after settle_integrals) and at a clean stop; scan() calls it itself when it opened
+  // a generation or one lost its name.
+  bool save_checkpoints(std::string& error);
   const IntegralSettings& integrals() const { return options_.integrals; }
   void set_instances(std::vector<std::string> instances) { options_.instances = std::move(instances); }
   void set_dead_grace(std::chrono::milliseconds grace) { options_.dead_grace = grace; }
@@ -210,6 +220,16 @@ class SegmentRegistry {
   void open_generation(const std::string& name, const struct stat& st, std::uint64_t now_ns);
   void sweep_temporary(const std::string& name, std::uint64_t now_ns);
   void check_schema(RankSegment& segment);
+  // Moves a generation that can count no more into the retired totals (see RetiredTotals::fold); saved by
+  // the next persist_retired().
+  void fold(RankSegment& segment, std::uint64_t now_ns);
+  // Saves the retired totals if a fold is unsaved; false (logged once until a save works) if it failed.
+  bool persist_retired();
+  // After a scan: folds the checkpointed totals of generations a previous daemon held that are gone.
+  void resolve_checkpoints();
+  // True only when `key`'s generation can never be opened again: its name is absent, or holds another
+  // generation that is open or retired. Unknown (a refused or unopened file) is false.
+  bool generation_gone(const RetiredTotals::GenerationKey& key) const;
   bool retire(RankSegment& segment);
   // Drains one generation and adds what it applied to counters_.records_drained.
   bool drain_counted(RankSegment& segment, std::uint64_t now_ns);
@@ -232,6 +252,10 @@ class SegmentRegistry {
   std::set<RetiredTotals::GenerationKey> retired_skipped_;
   bool pruned_retired_generations_ = false;
   bool warned_other_consumer_ = false;
+  bool checkpoint_due_ = false;
+  // The labels of each held generation's cumulative series, built once (cumulative_totals).
+  std::map<RetiredTotals::GenerationKey, CumulativeLabels> checkpoint_labels_;
+  bool persist_failure_logged_ = false;
   std::uint64_t fd_budget_ = 0;
   std::uint64_t retired_series_over_limit_ = 0;
   std::uint64_t retired_series_invalid_ = 0;

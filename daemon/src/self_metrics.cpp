@@ -177,10 +177,14 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
   add_sample(suppressed, {}, static_cast<double>(c.log_lines_suppressed));
   auto lifecycle =
       make_family("rankstat_generation_events_total",
-                  "Segment generation lifecycle events: replaced by a restarted rank, retired (totals "
-                  "folded), unlinked, abandoned temporaries swept, rings quarantined.",
+                  "Segment generation lifecycle events: replaced by a restarted rank, folded (a dead or "
+                  "closed one's totals moved into the retired totals), recovered (one that ended while no "
+                  "daemon ran, from the last checkpoint), retired (let go after the grace period), "
+                  "unlinked, abandoned temporaries swept, rings quarantined.",
                   MetricType::Counter);
   add_sample(lifecycle, {{"event", "replaced"}}, static_cast<double>(c.generations_replaced));
+  add_sample(lifecycle, {{"event", "folded"}}, static_cast<double>(c.generations_folded));
+  add_sample(lifecycle, {{"event", "recovered"}}, static_cast<double>(c.generations_recovered));
   add_sample(lifecycle, {{"event", "retired"}}, static_cast<double>(c.generations_retired));
   add_sample(lifecycle, {{"event", "unlinked"}}, static_cast<double>(c.segments_unlinked));
   add_sample(lifecycle, {{"event", "temporary_swept"}}, static_cast<double>(c.temporaries_swept));

@@ -6,7 +6,8 @@
 //                        [--counter-every-ms M] [--stall] [--reports-per-ms N --report-seconds S]
 //                        [--extra NAME=VALUE ...] [--report-kind prefill|decode] [--pd-queues B,I,P,T]
 //                        [--observe FAMILY:VALUE ... --observe-every-ms M]
-// Prints "ready" on stdout once its values are published, and on exit a line
+// Prints "note: <Reporter::note()>" if its segment went under another name (the name was held), "ready"
+// on stdout once its values are published, and on exit a line
 // "appends=<n> dropped=<n> max_append_ns=<n> events=<n>" (events: total added to the test counter).
 #include <signal.h>
 #include <unistd.h>
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "open failed: %s\n", reporter.error_message().c_str());
     return 2;
   }
+  if (!reporter.note().empty()) std::printf("note: %s\n", reporter.note().c_str());
   std::uint32_t counter = 0;
   std::uint32_t histogram = 0;
   const double bounds[] = {0.1, 1, 10};

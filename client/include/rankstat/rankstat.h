@@ -9,6 +9,10 @@
  *
  * Threading: a reporter is single-writer. Call it from one thread at a time (open one reporter per
  * producing thread if several threads report).
+ *
+ * fork(): a reporter belongs to the process that opened it. A forked child must not update through a copy
+ * it inherited (it would write into the parent's segment); it releases the copy with rankstat_abandon (or
+ * rankstat_close, which abandons in any process but the opener) and opens its own reporter.
  */
 #ifndef RANKSTAT_RANKSTAT_H
 #define RANKSTAT_RANKSTAT_H
@@ -109,11 +113,25 @@ typedef struct rankstat_permissions {
 int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry* geometry,
                      const rankstat_permissions* permissions, rankstat_reporter** out);
 
-/* Marks the segment closed (clean exit) and frees the reporter. NULL is fine. */
+/* Marks the segment closed (clean exit) and frees the reporter. NULL is fine. Called in a process other
+ * than the one that opened the reporter (a forked child), it does what rankstat_abandon does. */
 void rankstat_close(rankstat_reporter* reporter);
+
+/* Frees the reporter and this process's mapping of its segment without writing to the segment or removing
+ * it: the segment stays exactly as its owner left it (not marked closed, heartbeat untouched, name kept).
+ * For a forked child, whose copy of the parent's reporter maps the parent's live segment: the child must
+ * not update through it (the parent is the single writer) and releases it with this call, then opens its
+ * own reporter if it reports. NULL is fine. */
+void rankstat_abandon(rankstat_reporter* reporter);
 
 /* Message for this thread's last failed call ("" if none). Valid until the thread's next call. */
 const char* rankstat_last_error(void);
+
+/* "" normally; one line when the segment had to be published under another name than its identity's
+ * because a live writer (another engine with the same instance and ranks) or another user's file held
+ * that name: which name, who holds it, and the name used (the labels are unchanged). Valid until the
+ * reporter is closed. NULL gives "". */
+const char* rankstat_segment_note(const rankstat_reporter* reporter);
 
 /* Publishes one scheduler snapshot: `snapshot` points at a SchedulerSnapshot (layout in
  * shmproto/scheduler_snapshot.hpp, sizes and offsets from rankstat_scheduler_field), followed in the

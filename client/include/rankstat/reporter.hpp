@@ -66,6 +66,9 @@ class Reporter {
   bool is_open() const noexcept { return file_.valid(); }
   const std::string& error_message() const noexcept { return error_; }
   const std::string& path() const noexcept { return path_; }
+  // Non-empty when the segment was published under another name than its identity's, because a live
+  // writer or another user's file held that name: one line naming both (see shm::CreateResult::note).
+  const std::string& note() const noexcept { return note_; }
 
   // Appends one scheduler snapshot record (fixed part plus per-priority queue counts).
   Status report_scheduler(const shm::SchedulerSnapshot& snapshot,
@@ -116,8 +119,14 @@ class Reporter {
   std::uint64_t dropped_records() const noexcept { return ring_.dropped_records(); }
   std::uint64_t records_written() const noexcept { return ring_.records_written(); }
 
-  // Marks the segment closed; the reporter is closed afterwards.
+  // Marks the segment closed; the reporter is closed afterwards. Called in a process other than the one
+  // that opened the segment (a forked child), it abandons the segment instead: see abandon().
   void close() noexcept;
+  // Releases this process's mapping and descriptor without touching the segment: no header write (no
+  // `closed`, no heartbeat), no unlink. For a forked child, which inherits the parent's mapping but must
+  // leave the parent's segment and its state in the daemon exactly as they are. The reporter is closed
+  // afterwards (every call a no-op returning kClosed).
+  void abandon() noexcept;
 
  private:
   Status check_series(std::uint32_t id, shm::SeriesKind kind) const noexcept;
@@ -129,7 +138,9 @@ class Reporter {
   shm::MappedFile file_;
   std::string path_;
   std::string error_;
+  std::string note_;
   bool unlink_on_close_ = false;
+  std::int64_t owner_pid_ = 0;  // getpid() at open: a close in any other process only abandons
   shm::RingWriter ring_;
   shm::CumulativeWriter cumulative_;
   std::vector<std::uint8_t> series_kinds_;  // kind per registered id, checked on every update

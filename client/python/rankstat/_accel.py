@@ -77,6 +77,19 @@ def _load_file(path: str):
     return module
 
 
+# What this package calls on the extension's Value beyond the updates; an extension built from an older
+# tree lacks some (the fork re-binding), and is passed over for the next candidate or the Python twin.
+_REQUIRED_VALUE_METHODS = ("_detach", "_bind", "_rebind")
+
+
+def _checked(module):
+    missing = [m for m in _REQUIRED_VALUE_METHODS if not hasattr(module.Value, m)]
+    if missing:
+        raise ImportError(f"{getattr(module, '__file__', module)} lacks Value.{', Value.'.join(missing)}: "
+                          f"it is older than this package")
+    return module
+
+
 def _load_fastpath():
     """(module, path, error): the extension, or None and the reasons it could not be loaded."""
     if _disabled():
@@ -84,12 +97,12 @@ def _load_fastpath():
     errors = []
     try:
         from . import _fastpath  # type: ignore[attr-defined]
-        return _fastpath, getattr(_fastpath, "__file__", None), None
+        return _checked(_fastpath), getattr(_fastpath, "__file__", None), None
     except ImportError as e:
         errors.append(f"in the package: {e}")
     for path in candidate_paths():
         try:
-            return _load_file(path), path, None
+            return _checked(_load_file(path)), path, None
         except (ImportError, OSError) as e:
             errors.append(f"{path}: {e}")
     return None, None, "; ".join(errors)

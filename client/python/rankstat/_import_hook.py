@@ -8,6 +8,7 @@ had stays in charge of everything else (source, file name, tracebacks)."""
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
 import threading
 from types import ModuleType
@@ -52,6 +53,16 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 _lock = threading.Lock()
 _finder = _PatchOnImport()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread registering a patch when another forks would leave the lock held in the child forever.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def patch_module(name: str, patch: Patch) -> None:

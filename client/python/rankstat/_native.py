@@ -244,6 +244,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rankstat_histogram_bucket": (c_int, [c_void_p, c_uint32, c_uint32, ctypes.POINTER(c_uint64)]),
         "rankstat_histogram_bucket_add": (c_int, [c_void_p, c_uint32, c_uint32, c_uint64]),
         "rankstat_histogram_add_sum": (c_int, [c_void_p, c_uint32, c_double]),
+        # Releasing a forked child's copy of the parent's reporter (rankstat.reporter.Reporter._abandon).
+        "rankstat_abandon": (None, [c_void_p]),
+        # Why the segment went under another name than its identity's (a live writer or another user held it).
+        "rankstat_segment_note": (ctypes.c_char_p, [c_void_p]),
     }
     for name, (restype, argtypes) in optional.items():
         fn = getattr(lib, name, None)
@@ -321,6 +325,17 @@ def candidate_paths() -> List[str]:
 
 
 _lock = threading.Lock()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread loading the library when another forked would leave this lock held in the child forever.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
+
 _lib: Optional[ctypes.CDLL] = None
 _layout: Optional[Layout] = None
 _path: Optional[str] = None

@@ -7,7 +7,9 @@ call like the extension does: a reporter is single-writer, and the GIL serialise
 
 - bind(lib): takes the update functions' addresses from the loaded ctypes CDLL of librankstat.so.
 - Value(reporter_address, series_id, kind): one series; kind 1 counter, 2 gauge, 3 histogram,
-  4 summary; reporter_address 0 (or None): every update is a no-op.
+  4 summary; reporter_address 0 (or None): every update is a no-op. After a fork, `_detach()` forgets
+  the parent's reporter and the next update calls `self._rebind()` first (a subclass registers the series
+  in the child's segment and calls `_bind(address, id)`; the default makes the Value a no-op).
 - Family: `_labelnames` (tuple of str) and `_children` (dict: tuple of str -> child);
   `labels(*values, **kw)` with prometheus_client's checks and messages; `self._new_child(key)` on a miss.
 """
@@ -15,6 +17,7 @@ call like the extension does: a reporter is single-writer, and the GIL serialise
 from __future__ import annotations
 
 import ctypes
+import operator
 from typing import Any, Dict, Tuple
 
 KIND_COUNTER = 1
@@ -83,7 +86,7 @@ def _address(value) -> int:
 class Value:
     """One series of a rankstat segment: Value(reporter_address, series_id, kind)."""
 
-    __slots__ = ("_h", "_id", "_k")
+    __slots__ = ("_h", "_id", "_k", "_d")
 
     def __init__(self, reporter_address, series_id, kind):
         address = _address(reporter_address)
@@ -96,6 +99,14 @@ class Value:
         self._h = address or None
         self._id = series_id
         self._k = kind
+        self._d = False
+
+    def _live(self) -> bool:
+        # Called only without a reporter, as in the extension: whether the update goes anywhere. A
+        # detached Value (its process forked since it was bound) asks its owner to bind it here first.
+        if self._d:
+            self._rebind()
+        return self._h is not None
 
     def _call(self, name, value):
         fn = _functions.get(name)
@@ -113,14 +124,14 @@ class Value:
             amount = _number(amount)
             if amount < 0:
                 raise ValueError("Counters can only be incremented by non-negative amounts.")
-            if self._h is not None:
+            if self._h is not None or self._live():
                 self._call("rankstat_counter_add", amount)
             return None
         if k == KIND_GAUGE:
             if exemplar is not None:
                 raise TypeError("inc() got an unexpected keyword argument 'exemplar'")
             amount = _number(amount)
-            if self._h is not None:
+            if self._h is not None or self._live():
                 self._call("rankstat_gauge_add", amount)
             return None
         self._wrong_kind("inc")
@@ -129,21 +140,21 @@ class Value:
         if self._k != KIND_GAUGE:
             self._wrong_kind("dec")
         amount = _number(amount)
-        if self._h is not None:
+        if self._h is not None or self._live():
             self._call("rankstat_gauge_add", -amount)
 
     def set(self, value):
         if self._k != KIND_GAUGE:
             self._wrong_kind("set")
         value = _text_or_number(value)
-        if self._h is not None:
+        if self._h is not None or self._live():
             self._call("rankstat_gauge_set", value)
 
     def observe(self, amount, exemplar=None):
         if self._k != KIND_HISTOGRAM and self._k != KIND_SUMMARY:
             self._wrong_kind("observe")
         amount = _number(amount)
-        if self._h is not None:
+        if self._h is not None or self._live():
             self._call("rankstat_histogram_observe", amount)
 
     @property
@@ -153,6 +164,27 @@ class Value:
     @_reporter_address.setter
     def _reporter_address(self, value) -> None:
         self._h = _address(value) or None
+        self._d = False
+
+    @property
+    def _detached(self) -> bool:
+        return self._d
+
+    def _detach(self) -> None:
+        self._h = None
+        self._d = True
+
+    def _bind(self, reporter_address, series_id) -> None:
+        address = _address(reporter_address)
+        series_id = operator.index(series_id)
+        if not 0 <= series_id <= 0xFFFFFFFF:
+            raise ValueError("series_id must fit in 32 bits")
+        self._h = address or None
+        self._id = series_id
+        self._d = False
+
+    def _rebind(self) -> None:
+        self._d = False
 
     @property
     def _series_id(self) -> int:
@@ -164,7 +196,7 @@ class Value:
 
     def __repr__(self) -> str:
         return (f"<{type(self).__module__}.{type(self).__qualname__} {_KIND_NAMES.get(self._k, 'uninitialised')} "
-                f"series {self._id}{' (no-op)' if self._h is None else ''}>")
+                f"series {self._id}{' (detached)' if self._d else ' (no-op)' if self._h is None else ''}>")
 
 
 class Family:

@@ -13,6 +13,15 @@ reporter at the same time as a registration.
 
 If the library or the segment cannot be opened the failure is logged once and every metric becomes a
 no-op: SGLang must never see an exception from its metrics.
+
+fork() (multiprocessing's fork start method, vLLM's workers, any library that forks): the segment is the
+parent's and stays exactly as the parent has it. The child's copy of the reporter is abandoned
+(rankstat_abandon: unmapped, no header write, no unlink) and every metric child it inherited is detached.
+The child's first registration, or first update or read of an inherited child, opens a segment of its own
+(its own pid-keyed identity, or the identity a collector in the child names) and re-binds every inherited
+child to it at 0, as prometheus_client's values re-bind to the child's own files when they see a new pid.
+Every lock of the package is new in the child: a lock another thread held at the fork would never be
+released there.
 """
 
 from __future__ import annotations
@@ -67,6 +76,8 @@ class Segment:
         # mmap value per key: a metric built again (vLLM builds a logger twice; tests rebuild collectors)
         # continues the same series instead of adding a second one that a min/max gauge would merge with.
         self._series_ids: Dict[Tuple[Any, ...], int] = {}
+        # Set in a forked child until the metrics it inherited are re-bound to its own segment.
+        self.inherited = False
 
     # --- identity ---------------------------------------------------------------------------------
 
@@ -160,10 +171,19 @@ class Segment:
         return out.value
 
     # Reads and bucket-level writes for prometheus_client's child internals; `child` is a Value. A child
-    # that was forgotten after a fork has address 0, so its stale id never reaches the new segment.
+    # detached by a fork is re-bound first (prometheus_client's get() and inc() re-bind alike), so its
+    # stale id never reaches the new segment.
+
+    @staticmethod
+    def _address_of(child) -> int:
+        address = child._reporter_address
+        if not address and child._detached:
+            child._rebind()
+            address = child._reporter_address
+        return address
 
     def value(self, child) -> float:
-        address = child._reporter_address
+        address = self._address_of(child)
         if not address:
             return 0.0
         out = ctypes.c_double(0.0)
@@ -172,7 +192,7 @@ class Segment:
         return out.value
 
     def bucket(self, child, index: int) -> float:
-        address = child._reporter_address
+        address = self._address_of(child)
         if not address:
             return 0.0
         out = ctypes.c_uint64(0)
@@ -181,26 +201,38 @@ class Segment:
         return float(out.value)
 
     def bucket_add(self, child, index: int, count: float) -> None:
-        address = child._reporter_address
+        address = self._address_of(child)
         if address and count > 0:
             self.calls.histogram_bucket_add(address, child._series_id, index, int(count))
 
     def add_sum(self, child, delta: float) -> None:
-        address = child._reporter_address
+        address = self._address_of(child)
         if address:
             self.calls.histogram_add_sum(address, child._series_id, float(delta))
 
     # --- fork -------------------------------------------------------------------------------------
 
+    def take_inherited(self) -> bool:
+        """True once in a forked child: the caller re-binds the metrics inherited from the parent (with
+        rankstat.metrics' registration lock held)."""
+        with self._lock:
+            pending, self.inherited = self.inherited, False
+            return pending
+
     def _forget_after_fork(self) -> None:
-        # The child shares the parent's mapping: it must neither write into it nor close it. Its own
-        # segment opens on its next registration, under its own per-process identity.
+        # In the child, right after fork(), with no other thread: the parent's segment must be neither
+        # written nor closed from here. Dropping the reporter used to close it (its __del__), which marked
+        # the parent's header closed: the daemon then retired a parent that was alive and writing.
         self._lock = threading.RLock()
+        reporter, self.reporter = self.reporter, None
+        if reporter is not None:
+            reporter._detach_after_fork()  # rankstat_abandon: unmapped here, untouched there
         self._hints = {}
         self._opened = False
         self.address = 0
-        self.reporter = None
+        self.error = ""
         self._series_ids = {}
+        self.inherited = True
 
 
 def identity_from_labels(role: str, labels: Mapping[str, Any]) -> Dict[str, Any]:
@@ -231,7 +263,8 @@ def identity_from_labels(role: str, labels: Mapping[str, Any]) -> Dict[str, Any]
 
 
 _segment = Segment()
-# Families alive in this process, so a forked child can drop children bound to the parent's segment.
+# Families alive in this process, so a forked child can detach and later re-bind every child bound to
+# the parent's segment. Each child holds its family, so a child still in use keeps its family here.
 _families: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
@@ -243,13 +276,18 @@ def track_family(family: Any) -> None:
     _families.add(family)
 
 
+def families() -> list:
+    return list(_families)
+
+
 def _after_fork_in_child() -> None:
-    _segment._forget_after_fork()
+    # Children first: once the reporter is abandoned its address is freed memory, and no child may hold it.
     for family in list(_families):
         try:
-            family._forget_children_after_fork()
+            family._detach_children_after_fork()
         except Exception:  # a family half-built when the fork happened
             pass
+    _segment._forget_after_fork()
 
 
 if hasattr(os, "register_at_fork"):

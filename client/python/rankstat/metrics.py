@@ -13,13 +13,16 @@ stays exported; the ten gauge modes mean what they mean there (rankstatd aggrega
 Each child is one series registered in the segment with the family's exposed name, HELP text, type,
 label names, buckets and mode, so the daemon serves what the engine declared. Updates are one C call
 (`rankstat._accel`: a C extension, or its ctypes twin), made with the GIL held, so threads of one
-process may share metrics.
+process may share metrics. After a fork every family and child keeps working in the child process, in a
+segment of the child's own (rankstat.backend, "fork()").
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
+import os
 import re
 import threading
 import time as _time
@@ -29,6 +32,8 @@ from . import backend
 from ._accel import Family, Value
 
 INF = float("inf")
+
+log = logging.getLogger("rankstat")
 
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -232,7 +237,21 @@ class _ExceptionCounter:
 # Value (rankstat._accel) carries the hot-path methods in C; these subclasses add prometheus_client's
 # helpers and internals, which are cold.
 
-class CounterChild(Value):
+class _Child(Value):
+    """What every child shares: after a fork, its next update or read binds it in the child's segment.
+    `_family` (set by the family that made it) keeps that family tracked while the child is in use."""
+
+    def _rebind(self) -> None:
+        # Called by Value (C or Python) before the first update of a detached child, and by the reads.
+        try:
+            _rebind_inherited()
+        except Exception as e:  # never into the engine: the child's updates become no-ops
+            log.warning("rankstat: cannot re-bind metrics after fork: %s: %s", type(e).__name__, e)
+        if self._detached:  # not reachable from any family: nothing to register it under
+            self._reporter_address = 0
+
+
+class CounterChild(_Child):
     @property
     def _value(self):
         return _Reading(self)
@@ -244,7 +263,7 @@ class CounterChild(Value):
         return backend.segment().value(self)
 
 
-class GaugeChild(Value):
+class GaugeChild(_Child):
     @property
     def _value(self):
         return _Reading(self)
@@ -275,7 +294,7 @@ class MostRecentGaugeChild(GaugeChild):
         raise RuntimeError("dec must not be used with the mostrecent mode")
 
 
-class HistogramChild(Value):
+class HistogramChild(_Child):
     # _upper_bounds is set per child (a list, as prometheus_client's).
 
     @property
@@ -294,7 +313,7 @@ class HistogramChild(Value):
         return _Timer(self.observe)
 
 
-class SummaryChild(Value):
+class SummaryChild(_Child):
     @property
     def _sum(self) -> _Sum:
         return _Sum(self)
@@ -308,6 +327,33 @@ class SummaryChild(Value):
 
 
 _registration_lock = threading.RLock()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread registering a label value when another forks would leave the lock held in the child forever.
+    global _registration_lock
+    _registration_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
+def _rebind_inherited() -> None:
+    """In a forked child, once: every child the process inherited is registered in the child's own segment
+    (opened now) and written there from now on, starting from 0. prometheus_client does the same when a
+    value first sees a new pid: every value re-reads its key from the child's own file (0), so every
+    inherited series exists in the child from its first metric call on. The parent's totals are the
+    parent's: nothing here touches its segment."""
+    with _registration_lock:
+        seg = backend.segment()
+        if not seg.take_inherited():
+            return
+        for family in backend.families():
+            try:
+                family._rebind_children(seg)
+            except Exception as e:  # a family half-built at the fork: its children stay no-ops
+                log.warning("rankstat: cannot re-bind %r after fork: %s: %s", family, type(e).__name__, e)
 
 
 # --- families ----------------------------------------------------------------------------------------
@@ -355,16 +401,22 @@ class _Metric(Family):
             child = self._children.get(key)
             if child is not None:
                 return child
+            seg = backend.segment()
+            if seg.inherited:  # a forked child's first new series: the inherited ones are bound first
+                _rebind_inherited()
             child = self._removed.pop(key, None)
             if child is None:
-                seg = backend.segment()
-                sid = seg.register(self._kind, self._mode(), self._exposed_name, self._documentation,
-                                   self._labelnames, key, self._bounds())
+                sid = self._series_id_in(seg, key)
                 # Address 0 makes every update a no-op: a series the segment could not take, or no segment.
                 child = self._child_class(seg.address if sid != backend.NO_SERIES else 0, sid, self._kind)
+                child._family = self
                 self._init_child(child)
             self._children[key] = child
             return child
+
+    def _series_id_in(self, seg, key: Tuple[str, ...]) -> int:
+        return seg.register(self._kind, self._mode(), self._exposed_name, self._documentation, self._labelnames,
+                            key, self._bounds())
 
     def _init_child(self, child) -> None:
         pass
@@ -405,16 +457,18 @@ class _Metric(Family):
         self._removed.update(self._children)
         self._children.clear()
 
-    def _forget_children_after_fork(self) -> None:
-        # Children bound to the parent's segment must not write into it from the child process.
-        for child in list(self._children.values()) + list(self._removed.values()):
-            try:
-                child._reporter_address = 0
-            except Exception:
-                pass
-        self._children = {}
-        self._removed = {}
-        self._default = None
+    def _detach_children_after_fork(self) -> None:
+        # In the child, right after fork(): the children keep their place (labels() and held references
+        # return the same objects, as prometheus_client's do) but never write into the parent's segment.
+        for child in list(self._children.values()) + list(getattr(self, "_removed", {}).values()):
+            child._detach()
+
+    def _rebind_children(self, seg) -> None:
+        # With _registration_lock held (_rebind_inherited).
+        for key, child in list(self._children.items()) + list(getattr(self, "_removed", {}).items()):
+            if child._detached:
+                sid = self._series_id_in(seg, key)
+                child._bind(seg.address if sid != backend.NO_SERIES else 0, sid)
 
     def describe(self):
         return []

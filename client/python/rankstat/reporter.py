@@ -41,6 +41,9 @@ _live_reporters: "weakref.WeakSet[Reporter]" = weakref.WeakSet()
 
 
 def _forget_in_child() -> None:
+    # A Reporter names one rank's segment: the child cannot take over the parent's identity (its segment
+    # would replace the parent's name), so its copies become closed no-ops. The prometheus_client-compatible
+    # classes (rankstat.metrics) do re-bind in the child, to a segment of its own (rankstat.backend).
     for r in list(_live_reporters):
         r._detach_after_fork()
 
@@ -76,6 +79,7 @@ class Reporter:
         self._handle: Optional[int] = None
         self._lock = threading.Lock()
         self.error = ""
+        self.note = ""  # set when the segment went under another name than its identity's (logged once)
         self.role = role
         self.identity_labels: Dict[str, str] = {}
         self._series: Dict[Tuple, int] = {}
@@ -140,6 +144,10 @@ class Reporter:
             return
         self._handle = out.value
         self._pid = os.getpid()
+        note = getattr(self._lib, "rankstat_segment_note", None)
+        self.note = (note(out) or b"").decode("utf-8", "replace") if note is not None else ""
+        if self.note:
+            log.warning("rankstat: %s", self.note)
         # The labels the daemon adds to every series of this segment (SGLang's order); series labels of
         # the same name override them.
         labels: Dict[str, str] = {"model_name": model_name, "engine_type": engine_type}
@@ -173,15 +181,33 @@ class Reporter:
         return getattr(self, "_layout", None)
 
     def close(self) -> None:
-        """Marks the segment closed (a clean exit) and releases it. Idempotent."""
+        """Marks the segment closed (a clean exit) and releases it. Idempotent. In a forked child it only
+        lets go of the inherited mapping: the segment is the parent's (see _abandon)."""
+        if getattr(self, "_pid", None) != os.getpid():
+            self._abandon()
+            return
         with self._lock:
             handle, self._handle = self._handle, None
             if handle is not None:
                 self._lib.rankstat_close(handle)
 
+    def _abandon(self) -> None:
+        # The parent's segment stays exactly as it is: no `closed` mark (the daemon would retire a parent
+        # that is alive and writing), no heartbeat, no unlink. rankstat_abandon unmaps and frees the
+        # child's copy; a library older than it has no way to do that without writing the header, so the
+        # copy is left mapped (leaked, a few pages of address space) rather than closed.
+        handle, self._handle = self._handle, None
+        if handle is None or self._lib is None:
+            return
+        abandon = getattr(self._lib, "rankstat_abandon", None)
+        if abandon is not None:
+            abandon(handle)
+
     def _detach_after_fork(self) -> None:
-        # The child shares the parent's mapping: forget it without closing (the parent still owns it).
-        self._handle = None
+        # In the child, right after fork(): only this thread exists, so a lock another thread held at the
+        # fork would never be released; the reporter gets a new one, then lets go of the parent's segment.
+        self._lock = threading.Lock()
+        self._abandon()
 
     def __enter__(self) -> "Reporter":
         return self

@@ -11,6 +11,9 @@
 // and observes sglang:test_latency_seconds, so the totals are known. Each snapshot satisfies
 // num_queue_reqs == 3 * num_running_reqs + 1, so a torn record would show as a violated invariant.
 //
+// A segment published under another name than its identity's (the name was held) prints
+// "note: <Reporter::note()>" before "ready".
+//
 // If the segment cannot be created, the writer behaves like an engine that runs on without metrics:
 // it prints "open failed status=<name>: <message>", keeps doing engine steps (calls on the closed
 // reporter are no-ops) and, with --retry-open-ms, retries the open that often until it succeeds.
@@ -130,6 +133,10 @@ int main(int argc, char** argv) {
         announced_failure = true;
       }
       return false;
+    }
+    if (!reporter.note().empty()) {
+      std::printf("note: %s\n", reporter.note().c_str());
+      std::fflush(stdout);
     }
     const double bounds[] = {0.001, 0.01, 0.1, 1};
     reporter.register_counter("sglang:test_events_total", {{"kind", "fault"}}, counter,

@@ -5,8 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "rankstat/shmproto/layout.hpp"
@@ -344,6 +349,69 @@ TEST_CASE("two engine instances with the same rank numbers never mix") {
   CHECK(b.stop() == 0);
 }
 
+TEST_CASE(
+    "two engines on one host with the same instance and rank numbers both publish, are summed, survive a "
+    "daemon restart, and a restarted one takes its own name back") {
+  TempDir shm;
+  // Default engine settings: same instance ("test") and ranks, so the same segment name.
+  WriterProcess a(shm.path(), {"--dp=0", "--events=5", "--gauge=sglang:test_live:livesum:3"});
+  REQUIRE(a.wait_ready());
+  auto b = std::make_unique<WriterProcess>(
+      shm.path(), std::vector<std::string>{"--dp=0", "--events=7", "--gauge=sglang:test_live:livesum:4"});
+  REQUIRE(b->wait_ready());
+  const std::string name = "rankstat.test.scheduler.tp0-pp0-ep0-dp0";
+  CHECK(shm.list() == std::vector<std::string>{name, name + "_2"});
+  CHECK(a.output().find("note:") == std::string::npos);
+  CHECK(b->output().find("note: segment name " + shm.path() + "/" + name + " is held by a live writer (pid " +
+                         std::to_string(a.pid()) + ")") != std::string::npos);
+  struct stat first {};
+  struct stat second {};
+  REQUIRE(::stat((shm.path() + "/" + name).c_str(), &first) == 0);
+  REQUIRE(::stat((shm.path() + "/" + name + "_2").c_str(), &second) == 0);
+
+  auto both_served = [&](DaemonUnderTest& daemon) {
+    std::string text;
+    const bool served = eventually([&] {
+      text = scrape(daemon);
+      return value_of(text, "sglang:test_events_total") == Approx(12) &&
+             value_of(text, "sglang:test_live") == Approx(7);
+    });
+    INFO(text);
+    CHECK(served);
+    // Each engine is its own rank to the daemon: two LIVE ranks, told apart by their rank keys.
+    CHECK(value_of(text, "rankstat_rank_state", {"rank=\"tp0-pp0-ep0-dp0\"", "state=\"LIVE\""}) == 1.0);
+    CHECK(value_of(text, "rankstat_rank_state", {"rank=\"tp0-pp0-ep0-dp0_2\"", "state=\"LIVE\""}) == 1.0);
+  };
+  {
+    DaemonUnderTest daemon(shm.path(), flags({}));
+    both_served(daemon);
+    daemon.process().signal(SIGKILL);
+    REQUIRE(daemon.process().wait_for(5s).has_value());
+  }
+  DaemonUnderTest restarted(shm.path(), flags({}));
+  both_served(restarted);
+  struct stat now {};
+  REQUIRE(::stat((shm.path() + "/" + name).c_str(), &now) == 0);
+  CHECK(now.st_ino == first.st_ino);
+  REQUIRE(::stat((shm.path() + "/" + name + "_2").c_str(), &now) == 0);
+  CHECK(now.st_ino == second.st_ino);
+
+  // B crashes and restarts while A is alive: its dead segment's name is free for it again.
+  b->kill();
+  b = std::make_unique<WriterProcess>(
+      shm.path(), std::vector<std::string>{"--dp=0", "--events=2", "--gauge=sglang:test_live:livesum:6"});
+  REQUIRE(b->wait_ready());
+  CHECK(shm.list() == std::vector<std::string>{name, name + "_2"});
+  std::string text;
+  REQUIRE(eventually([&] {
+    text = scrape(restarted);
+    return value_of(text, "sglang:test_live") == Approx(9);
+  }));
+  CHECK(value_of(text, "sglang:test_events_total") == Approx(14));  // the dead generation's 7 stay in
+  CHECK(a.stop() == 0);
+  CHECK(b->stop() == 0);
+}
+
 TEST_CASE("a family declared with another mode by a second rank rejects that rank's segment") {
   TempDir shm;
   WriterProcess a(shm.path(), {"--dp=0", "--gauge=sglang:test_conflict:livesum:1"});
@@ -378,4 +446,251 @@ TEST_CASE("temporaries left by writers that died while creating a segment are sw
   }));
   CHECK(access(leftover.c_str(), F_OK) != 0);
   CHECK(access(young.c_str(), F_OK) == 0);  // may still be in creation: too young to judge
+}
+
+namespace {
+
+// Every sample of the engine's counter, histogram and summary families (sglang:*) that a scrape shows,
+// across all scrapes of all daemons of a scenario: none may ever go below a value seen before, as
+// Prometheus would read that as a counter reset. A fractional total can differ by an ulp or two when the
+// same generations are summed in another order (docs/reliability.md); such a step is counted apart and
+// anything larger is a decrease.
+class NeverBackwards {
+ public:
+  void observe(const std::string& text) {
+    std::istringstream lines(text);
+    std::string line;
+    std::vector<std::string> families;
+    while (std::getline(lines, line)) {
+      if (line.rfind("# TYPE sglang:", 0) == 0) {
+        std::istringstream words(line.substr(7));
+        std::string name;
+        std::string type;
+        words >> name >> type;
+        if (type == "counter" || type == "histogram" || type == "summary") families.push_back(name);
+        continue;
+      }
+      if (line.empty() || line[0] == '#') continue;
+      const auto space = line.rfind(' ');
+      const std::string key = line.substr(0, space);
+      const std::string name = key.substr(0, key.find('{'));
+      const bool cumulative = std::any_of(families.begin(), families.end(), [&](const std::string& f) {
+        return name == f || name == f + "_total" || name == f + "_bucket" || name == f + "_count" ||
+               name == f + "_sum";
+      });
+      if (!cumulative) continue;
+      const double value = std::strtod(line.c_str() + space + 1, nullptr);
+      ++samples_;
+      auto [it, inserted] = highest_.try_emplace(key, value);
+      if (value >= it->second) {
+        it->second = value;
+        continue;
+      }
+      const double ulp = std::nextafter(it->second, HUGE_VAL) - it->second;
+      if (it->second - value <= 4 * ulp) {
+        ++rounding_;
+      } else {
+        decreases_.push_back(key + ": " + std::to_string(it->second) + " -> " + std::to_string(value));
+      }
+    }
+  }
+  // Checks what was observed; call at the end of a scenario.
+  void verify() const {
+    for (const std::string& d : decreases_) UNSCOPED_INFO("went backwards: " << d);
+    CHECK(decreases_.empty());
+    CHECK(samples_ > 0);
+    if (rounding_ != 0) WARN(rounding_ << " fractional totals differed by an ulp (reordered sums)");
+  }
+
+ private:
+  std::map<std::string, double> highest_;
+  std::vector<std::string> decreases_;
+  std::uint64_t samples_ = 0;
+  std::uint64_t rounding_ = 0;
+};
+
+// What rankstat_test_writer --events=N adds: N to the counter, and N observations of 0.5 * (i % 4).
+struct Lives {
+  std::uint64_t events = 0;
+  double latency_sum = 0;
+  void add(int n) {
+    events += static_cast<std::uint64_t>(n);
+    for (int i = 0; i < n; ++i) latency_sum += 0.5 * (i % 4);
+  }
+};
+
+// One rank's life: a writer under the same segment name as every other life of the scenario.
+std::unique_ptr<WriterProcess> start_life(const TempDir& shm, int events, int running) {
+  auto writer = std::make_unique<WriterProcess>(
+      shm.path(), std::vector<std::string>{"--dp=0", "--events=" + std::to_string(events),
+                                           "--running=" + std::to_string(running), "--hold-seconds=60"});
+  REQUIRE(writer->wait_ready());
+  return writer;
+}
+
+// Scrapes (every scrape checked by `watch`) until the totals are exactly those of `lives`.
+bool shows_exactly(DaemonUnderTest& daemon, const Lives& lives, NeverBackwards& watch) {
+  std::string text;
+  const bool reached = eventually([&] {
+    text = scrape(daemon);
+    watch.observe(text);
+    return value_of(text, "sglang:test_events_total") == Approx(static_cast<double>(lives.events)) &&
+           value_of(text, "sglang:test_latency_seconds_count") == Approx(static_cast<double>(lives.events)) &&
+           value_of(text, "sglang:test_latency_seconds_sum") == Approx(lives.latency_sum);
+  });
+  if (!reached) UNSCOPED_INFO("expected " << lives.events << " events; last scrape:\n" << text);
+  return reached;
+}
+
+// Stops the daemon with `signo` (SIGTERM: a clean stop, SIGKILL: a crash) and forgets it.
+void bring_down(std::unique_ptr<DaemonUnderTest>& daemon, int signo) {
+  daemon->process().signal(signo);
+  REQUIRE(daemon->process().wait_for(10s).has_value());
+  daemon.reset();
+}
+
+const char* signal_name(int signo) {
+  return signo == SIGKILL ? "SIGKILL" : "SIGTERM";
+}
+
+}  // namespace
+
+TEST_CASE("a rank restarted just before the daemon restarts keeps its first life's counts") {
+  for (const int signo : {SIGTERM, SIGKILL}) {
+    DYNAMIC_SECTION("daemon stopped with " << signal_name(signo)) {
+      TempDir shm;
+      TempDir state("rankstat-state");
+      // A grace period far longer than the test: the first life must not wait for it to be kept.
+      const auto daemon_flags = flags({"--state.dir=" + state.path(), "--liveness.dead-grace=1h"});
+      NeverBackwards watch;
+      Lives lives;
+      auto daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+      auto first = start_life(shm, 7, 2);
+      lives.add(7);
+      REQUIRE(shows_exactly(*daemon, lives, watch));
+      first->kill();
+      // The rank restarts: its new generation is renamed over the first one's file.
+      auto second = start_life(shm, 5, 3);
+      lives.add(5);
+      REQUIRE(shows_exactly(*daemon, lives, watch));
+      CHECK(shm.list().size() == 1);
+      // The dead first life joined the retired totals when it died, not after the grace period.
+      REQUIRE(eventually([&] {
+        return value_of(scrape(*daemon), "rankstat_generation_events_total", {"event=\"folded\""}) ==
+               Approx(1);
+      }));
+      bring_down(daemon, signo);
+      daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+      REQUIRE(shows_exactly(*daemon, lives, watch));
+      // From the persisted retired totals, not from a checkpoint.
+      CHECK(value_of(scrape(*daemon), "rankstat_generation_events_total", {"event=\"recovered\""}) ==
+            Approx(0));
+      watch.verify();
+      CHECK(second->stop() == 0);
+    }
+  }
+}
+
+TEST_CASE("a rank killed and restarted while the daemon is down keeps its first life's counts") {
+  for (const int signo : {SIGTERM, SIGKILL}) {
+    DYNAMIC_SECTION("daemon stopped with " << signal_name(signo)) {
+      TempDir shm;
+      TempDir state("rankstat-state");
+      const auto daemon_flags = flags({"--state.dir=" + state.path()});
+      NeverBackwards watch;
+      Lives lives;
+      auto daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+      auto first = start_life(shm, 7, 2);
+      lives.add(7);
+      REQUIRE(shows_exactly(*daemon, lives, watch));
+      bring_down(daemon, signo);
+      // No daemon runs: the first life dies and the second one's file replaces its file.
+      first->kill();
+      auto second = start_life(shm, 5, 3);
+      lives.add(5);
+      daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+      REQUIRE(shows_exactly(*daemon, lives, watch));
+      const std::string text = scrape(*daemon);
+      CHECK(value_of(text, "rankstat_generation_events_total", {"event=\"recovered\""}) == Approx(1));
+      watch.verify();
+      CHECK(second->stop() == 0);
+    }
+  }
+}
+
+TEST_CASE("a crash-looping rank keeps every life's counts while the daemon restarts in between") {
+  TempDir shm;
+  TempDir state("rankstat-state");
+  const auto daemon_flags = flags({"--state.dir=" + state.path(), "--liveness.dead-grace=1h"});
+  NeverBackwards watch;
+  Lives lives;
+  auto daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  for (int life = 0; life < 8; ++life) {
+    INFO("life " << life);
+    auto writer = start_life(shm, 3 + life, 1 + life % 3);
+    lives.add(3 + life);
+    // A life that ended while no daemon ran: the daemon comes back while its successor runs.
+    if (!daemon) daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+    REQUIRE(shows_exactly(*daemon, lives, watch));
+    switch (life % 4) {
+      case 0:  // crash; the next life starts while the daemon watches
+        writer->kill();
+        break;
+      case 1:  // crash; the daemon crashes too once it saw the death, and finds the dead file again
+        writer->kill();
+        REQUIRE(eventually([&] { return rank_state(*daemon, "0") == "DEAD"; }));
+        bring_down(daemon, SIGKILL);
+        daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+        REQUIRE(shows_exactly(*daemon, lives, watch));
+        break;
+      case 2:  // the daemon crashes first; the rank crashes and restarts while none runs
+        bring_down(daemon, SIGKILL);
+        writer->kill();
+        break;
+      case 3:  // a clean exit, then a clean daemon stop; the next life starts while none runs
+        REQUIRE(writer->stop() == 0);
+        bring_down(daemon, SIGTERM);
+        break;
+    }
+  }
+  if (!daemon) daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  REQUIRE(shows_exactly(*daemon, lives, watch));
+  bring_down(daemon, SIGKILL);
+  daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  REQUIRE(shows_exactly(*daemon, lives, watch));
+  watch.verify();
+}
+
+TEST_CASE("a segment that closed before the daemon started is drained like any other") {
+  TempDir shm;
+  WriterProcess writer(shm.path(), {"--dp=0", "--running=6", "--events=4"});
+  REQUIRE(writer.wait_ready());
+  REQUIRE(writer.stop() == 0);  // closed: its last report is still in its ring, never drained
+  DaemonUnderTest daemon(shm.path(), flags({}));
+  REQUIRE(eventually([&] { return rank_state(daemon, "0") == "CLOSED"; }));
+  const std::string text = scrape(daemon);
+  INFO(text);
+  CHECK(value_of(text, "sglang:num_running_reqs") == Approx(6));  // its last report
+  CHECK(value_of(text, "sglang:test_events_total") == Approx(4));
+  CHECK(value_of(text, "rankstat_records_drained_total").value_or(0) >= 1);
+}
+
+TEST_CASE("without a state dir a dead rank's file is kept and a restarted daemon counts it again") {
+  TempDir shm;
+  NeverBackwards watch;
+  Lives lives;
+  const auto daemon_flags = flags({"--liveness.dead-grace=200ms"});
+  auto daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  auto writer = start_life(shm, 9, 2);
+  lives.add(9);
+  REQUIRE(shows_exactly(*daemon, lives, watch));
+  writer->kill();
+  REQUIRE(eventually([&] {
+    return value_of(scrape(*daemon), "rankstat_generation_events_total", {"event=\"retired\""}) == Approx(1);
+  }));
+  CHECK(shm.list().size() == 1);  // retired, but kept: nothing persisted its totals
+  bring_down(daemon, SIGKILL);
+  daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  REQUIRE(shows_exactly(*daemon, lives, watch));
+  watch.verify();
 }

@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "rankstat/rankstat.h"
@@ -481,6 +484,82 @@ TEST_CASE("After rankstat_close the segment says closed", "[c_api]") {
   CHECK(shm::shared(view.live().closed).load() == 1);
   CHECK(shm::read_producer_state(view.live()).records_written == 1);
   CHECK(dir.list().size() == 1);  // the daemon retires it after folding in the final totals
+}
+
+namespace {
+
+double counter_total(const SegmentView& view, std::uint32_t id) {
+  const shm::CumulativeReader reader = view.cumulative();
+  const auto info = reader.read_descriptor(id);
+  REQUIRE(info);
+  shm::SeriesValue value;
+  reader.read_value(*info, value);
+  return value.value;
+}
+
+}  // namespace
+
+TEST_CASE("rankstat_abandon frees the reporter and leaves its segment exactly as the writer left it",
+          "[c_api]") {
+  TempDir dir;
+  ShmDirEnv env(dir.path());
+  rankstat_reporter* raw = open_reporter().release();
+  std::uint32_t counter = 0;
+  REQUIRE(rankstat_register_counter(raw, "abandoned_total", 0, nullptr, nullptr, &counter) == RANKSTAT_OK);
+  REQUIRE(rankstat_counter_add(raw, counter, 5) == RANKSTAT_OK);
+  REQUIRE(rankstat_heartbeat(raw) == RANKSTAT_OK);
+  SegmentView view(only_segment(dir));
+  const std::uint64_t heartbeat = shm::shared(view.live().heartbeat_ns).load();
+  rankstat_abandon(raw);
+  rankstat_abandon(nullptr);
+  CHECK(shm::shared(view.live().closed).load() == 0);
+  CHECK(shm::shared(view.live().heartbeat_ns).load() == heartbeat);
+  CHECK(dir.list().size() == 1);
+  CHECK(counter_total(view, counter) == 5);
+}
+
+TEST_CASE(
+    "a forked child releasing its copy of the parent's reporter leaves the parent's segment open and "
+    "the parent counting",
+    "[c_api]") {
+  TempDir dir;
+  ShmDirEnv env(dir.path());
+  ReporterHandle reporter = open_reporter();
+  std::uint32_t counter = 0;
+  REQUIRE(rankstat_register_counter(reporter.get(), "forked_total", 0, nullptr, nullptr, &counter) ==
+          RANKSTAT_OK);
+  REQUIRE(rankstat_counter_add(reporter.get(), counter, 1) == RANKSTAT_OK);
+  SegmentView view(only_segment(dir));
+  bool with_close = false;
+  SECTION("with rankstat_abandon") {
+    with_close = false;
+  }
+  SECTION("with rankstat_close, which abandons in any process but the opener") {
+    with_close = true;
+  }
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child's copy of the handle: released the way a binding's at-fork hook (or a careless child)
+    // would. _exit: no test-framework teardown in the child.
+    rankstat_reporter* inherited = reporter.release();
+    if (with_close) {
+      rankstat_close(inherited);
+    } else {
+      rankstat_abandon(inherited);
+    }
+    ::_exit(0);
+  }
+  int status = -1;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(shm::shared(view.live().closed).load() == 0);
+  CHECK(dir.list().size() == 1);
+  CHECK(rankstat_counter_add(reporter.get(), counter, 2) == RANKSTAT_OK);
+  CHECK(counter_total(view, counter) == 3);
+  reporter.reset();  // the opener's own close still marks it closed
+  CHECK(shm::shared(view.live().closed).load() == 1);
 }
 
 TEST_CASE("The last error is per thread", "[c_api]") {

@@ -268,7 +268,7 @@ TEST_CASE("Counters, gauges and histograms registered through a reporter reach t
 
   CHECK(reporter.counter_add(counter, 10) == Status::kOk);
   CHECK(reporter.counter_add(counter, 0.5) == Status::kOk);
-  const std::uint64_t before = shm::coarse_monotonic_ns();  // writers stamp with the coarse clock
+  const std::uint64_t before = shm::monotonic_ns();  // gauge sets are stamped with the precise clock
   CHECK(reporter.gauge_set(gauge, 0.25) == Status::kOk);
   CHECK(reporter.histogram_observe(histogram, 0.05) == Status::kOk);
   CHECK(reporter.histogram_observe(histogram, 0.1) == Status::kOk);
@@ -294,6 +294,51 @@ TEST_CASE("Counters, gauges and histograms registered through a reporter reach t
   reader.read_value(*histogram_info, value);
   CHECK(value.counts == std::vector<std::uint64_t>{0, 2, 0, 4});
   CHECK(value.sum == Approx(0.05 + 0.1 + 9.0));
+}
+
+TEST_CASE(
+    "Gauge sets a few microseconds apart get strictly increasing nanosecond stamps, the same in the "
+    "cumulative block and the update record",
+    "[reporter]") {
+  // mostrecent orders two processes' sets by these stamps: a timer-tick clock (CLOCK_MONOTONIC_COARSE)
+  // would give both sets of a pair microseconds apart one stamp, and the tie-break would pick a side.
+  TempDir dir;
+  Reporter reporter;
+  REQUIRE(reporter.open(options_in(dir, 1024 * 1024)) == Status::kOk);
+  std::uint32_t gauge = 0;
+  REQUIRE(reporter.register_gauge("engine:load", shm::GaugeMode::kMostRecent, {}, gauge) == Status::kOk);
+  SegmentView view(reporter.path());
+  const shm::CumulativeReader reader = view.cumulative();
+  const auto info = reader.read_descriptor(gauge);
+  REQUIRE(info);
+
+  constexpr int kSets = 200;
+  constexpr std::uint64_t kApartNs = 5'000;
+  std::vector<std::uint64_t> stamps;
+  for (int i = 0; i < kSets; ++i) {
+    const std::uint64_t before = shm::monotonic_ns();
+    REQUIRE(reporter.gauge_set(gauge, static_cast<double>(i)) == Status::kOk);
+    shm::SeriesValue value;
+    reader.read_value(*info, value);
+    REQUIRE(value.value == static_cast<double>(i));
+    CHECK(value.set_ns >= before);
+    CHECK(value.set_ns <= shm::monotonic_ns());
+    stamps.push_back(value.set_ns);
+    // Busy-wait: a sleep lasts 50 µs or more (timer slack), and the point is sets only microseconds apart.
+    while (shm::monotonic_ns() - before < kApartNs) {
+    }
+  }
+  for (std::size_t i = 1; i < stamps.size(); ++i) {
+    INFO("set " << i);
+    CHECK(stamps[i] > stamps[i - 1]);
+  }
+  const auto records = view.drain();
+  REQUIRE(records.size() == stamps.size());
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    INFO("record " << i);
+    CHECK(records[i].header.type == static_cast<std::uint16_t>(shm::RecordType::kSeriesUpdate));
+    CHECK(records[i].header.timestamp_ns == stamps[i]);
+  }
 }
 
 TEST_CASE("Updates with the wrong kind, an unknown id or a negative counter delta are rejected",

@@ -237,7 +237,7 @@ struct DaemonState {
     options.integrals = &registry.integrals();
     rankstat::collect_engine_metrics(registry.generations(), options, set);
     std::string error;
-    REQUIRE(retired.save_checkpoints(registry.integral_checkpoints(), true, error));
+    REQUIRE(registry.save_checkpoints(error));
     retired.contribute(set);
     std::string out;
     set.render(out);

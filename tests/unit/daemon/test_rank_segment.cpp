@@ -313,7 +313,7 @@ TEST_CASE("the gauge modes of two real ranks aggregate as declared once one of t
       {"engine:g_livemostrecent", shm::GaugeMode::kLiveMostRecent},
   };
   // The live rank sets 10 everywhere first; the rank that then exits sets 100 later (so it is the most
-  // recent: the writers' clock is CLOCK_MONOTONIC_COARSE, a few milliseconds per tick), then closes.
+  // recent), then closes.
   for (const auto& [family, mode] : modes) {
     REQUIRE(live.gauge_set(series_with_mode(live, family, mode), 10) == Status::kOk);
   }

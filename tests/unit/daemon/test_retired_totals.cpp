@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -217,8 +218,8 @@ TEST_CASE("a corrupted state file is refused and left for inspection, and integr
   const RetiredTotals::GenerationKey live{"rankstat.a.scheduler.dp0", 7};
   {
     RetiredTotals before(state.path());
-    std::map<RetiredTotals::GenerationKey, RetiredTotals::Checkpoints> checkpoints;
-    checkpoints[live]["field:num_queue_reqs"] = rankstat::IntegralCheckpoint{25.0, 5.0, 1000};
+    std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
+    checkpoints[live].integrals["field:num_queue_reqs"] = rankstat::IntegralCheckpoint{25.0, 5.0, 1000};
     std::string error;
     REQUIRE(before.save_checkpoints(checkpoints, true, error));
   }
@@ -299,4 +300,112 @@ TEST_CASE("without a state directory the totals live in memory only", "[retired_
   memory.add_counter({"rankstat.a.scheduler.dp0", 1}, "engine:requests", {}, 2);
   CHECK(memory.save(error));
   CHECK(counter_value(contributed(memory), "engine:requests") == 2);
+}
+
+TEST_CASE(
+    "a checkpoint keeps a generation's totals until the retired totals on disk hold them, folded once, "
+    "its forged entries dropped",
+    "[retired_totals]") {
+  TempDir state("rankstat-retired-state");
+  const RetiredTotals::GenerationKey live{"rankstat.a.scheduler.dp0", 5};
+  const RetiredTotals::GenerationKey folded{"rankstat.a.scheduler.dp1", 6};
+  rankstat::CumulativeTotals totals;
+  const auto labels = std::make_shared<const Labels>(Labels{{"model", "m"}});
+  totals.counters.push_back({"engine:requests", "Requests.", labels, 4});
+  totals.histograms.push_back({"engine:latency_seconds", "Latency.", labels, {1.0}, {1, 2}, 2.5});
+  std::string error;
+  {
+    RetiredTotals before(state.path());
+    REQUIRE(before.load(error));
+    std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
+    checkpoints[live].totals = totals;
+    checkpoints[folded].totals = totals;
+    REQUIRE(before.save_checkpoints(checkpoints, true, error));
+    // dp1 dies and is folded and persisted; the daemon stops before its next checkpoint, which would no
+    // longer have carried it.
+    before.fold(folded, totals);
+    CHECK_FALSE(before.persisted(folded));
+    REQUIRE(before.save(error));
+    CHECK(before.persisted(folded));
+  }
+  const std::string path = state.path() + "/integrals.json";
+  boost::json::object doc = boost::json::parse(rankstat::testkit::read_file(path)).as_object();
+  auto& types = doc["types"].as_array();
+  types.emplace_back(boost::json::array{"engine:evil\n# HELP injected", "", 0, boost::json::array{}});
+  const std::size_t evil = types.size() - 1;
+  for (auto& generation : doc["generations"].as_array())
+    generation.as_object()["counters"].as_array().emplace_back(boost::json::array{evil, 0, 1.0});
+  write_text(path, boost::json::serialize(doc));
+
+  RetiredTotals after(state.path());
+  REQUIRE(after.load(error));
+  CHECK(after.invalid_entries() == 2);  // one per generation entry
+  // dp1's checkpoint is dropped: the retired totals hold it already.
+  REQUIRE(after.unclaimed_totals() == std::vector<RetiredTotals::GenerationKey>{live});
+  after.fold_unclaimed(live);
+  after.fold_unclaimed(live);  // never twice
+  CHECK(after.holds(live));
+  CHECK_FALSE(after.persisted(live));
+  const auto families = contributed(after);
+  CHECK(counter_value(families, "engine:requests") == 8);
+  CHECK(histogram_count(families, "engine:latency_seconds") == 6);
+  CHECK(find_family(families, "engine:evil") == nullptr);
+  REQUIRE(after.save(error));
+  CHECK(after.persisted(live));
+
+  RetiredTotals reloaded(state.path());
+  REQUIRE(reloaded.load(error));
+  CHECK(reloaded.unclaimed_totals().empty());  // both generations of the checkpoint are retired now
+  CHECK(counter_value(contributed(reloaded), "engine:requests") == 8);
+
+  // A generation that is opened claims its checkpoint: its integrals continue, its totals are read from
+  // the segment itself and never folded.
+  TempDir other("rankstat-retired-state");
+  const RetiredTotals::GenerationKey opened{"rankstat.a.scheduler.dp2", 7};
+  {
+    RetiredTotals before(other.path());
+    std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
+    checkpoints[opened].totals = totals;
+    checkpoints[opened].integrals["field:num_queue_reqs"] = rankstat::IntegralCheckpoint{25.0, 5.0, 1000};
+    REQUIRE(before.save_checkpoints(checkpoints, true, error));
+  }
+  RetiredTotals restarted(other.path());
+  REQUIRE(restarted.load(error));
+  REQUIRE(restarted.unclaimed_totals().size() == 1);
+  CHECK(restarted.take_checkpoints(opened).count("field:num_queue_reqs") == 1);
+  CHECK(restarted.unclaimed_totals().empty());
+  CHECK(restarted.series() == 0);
+}
+
+TEST_CASE(
+    "a folded generation whose file a restarted daemon cannot open at first is still never counted twice",
+    "[retired_totals]") {
+  TempDir shm("rankstat-retired-shm");
+  TempDir state("rankstat-retired-state");
+  std::string error;
+  {
+    RetiredTotals retired(state.path());
+    REQUIRE(retired.load(error));
+    Daemon daemon(shm, retired);
+    Rank rank(shm);
+    REQUIRE(rank.writer.counter_add(rank.counter, 10) == Status::kOk);
+    daemon.scrape();
+    rank.writer.close();
+    // CLOSED: folded and persisted at once; its file stays for the grace period (never retired here).
+    CHECK(counter_value(daemon.scrape(), "engine:requests") == 10);
+    CHECK(retired.persisted({shm.list().at(0), daemon.registry.generations().at(0)->identity().generation}));
+  }
+  REQUIRE(shm.list().size() == 1);
+  RetiredTotals retired(state.path());
+  REQUIRE(retired.load(error));
+  {
+    // A restarted daemon without a descriptor to spare: its first scan opens nothing.
+    rankstat::RegistryOptions starved = Daemon::options(shm);
+    starved.fd_budget = 1;
+    rankstat::SegmentRegistry registry(starved, retired);
+    registry.scan(shm::monotonic_ns());
+    CHECK(registry.generations().empty());
+  }
+  Daemon daemon(shm, retired);  // descriptors again: the file is met, and known
+  CHECK(counter_value(daemon.scrape(), "engine:requests") == 10);
 }

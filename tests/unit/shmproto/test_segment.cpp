@@ -1,7 +1,11 @@
 // Segment files: atomic creation, validation of everything a reader maps, safe unlinking, and process
 // identity. All files live in a testkit::TempDir.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -72,6 +76,73 @@ std::uint64_t file_size(const std::string& path) {
   REQUIRE(::stat(path.c_str(), &st) == 0);
   return static_cast<std::uint64_t>(st.st_size);
 }
+
+bool same_inode(const std::string& path, const struct stat& expected) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && st.st_ino == expected.st_ino && st.st_dev == expected.st_dev;
+}
+
+// A forked process that creates a segment and then holds it, alive and writing nothing, until it is
+// killed or this object goes away (then it exits, or is killed, and is reaped either way).
+class ForkedWriter {
+ public:
+  ForkedWriter(const shm::SegmentIdentity& identity, const shm::CreateOptions& options) {
+    int ready[2];
+    int hold[2];
+    REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(hold, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      ::close(hold[1]);
+      const shm::CreateResult created = shm::create_segment(identity, options);
+      const std::string reply = created.error == shm::CreateError::kNone ? created.path : "";
+      if (::write(ready[1], reply.data(), reply.size()) < 0) ::_exit(1);
+      ::close(ready[1]);
+      char byte = 0;
+      while (::read(hold[0], &byte, 1) != 0) {  // until the parent closes its end (or kills this one)
+      }
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(hold[0]);
+    hold_ = hold[1];
+    char buffer[512];
+    for (;;) {
+      pollfd p{ready[0], POLLIN, 0};
+      if (::poll(&p, 1, 10'000) <= 0) break;
+      const ssize_t n = ::read(ready[0], buffer, sizeof buffer);
+      if (n <= 0) break;
+      path_.append(buffer, static_cast<std::size_t>(n));
+    }
+    ::close(ready[0]);
+  }
+  ~ForkedWriter() {
+    if (hold_ >= 0) ::close(hold_);
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  ForkedWriter(const ForkedWriter&) = delete;
+  ForkedWriter& operator=(const ForkedWriter&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& path() const { return path_; }  // empty if its create failed
+  // SIGKILL, leaving it a zombie until reap().
+  void kill() { ::kill(pid_, SIGKILL); }
+  void reap() {
+    ::waitpid(pid_, nullptr, 0);
+    reaped_ = true;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int hold_ = -1;
+  bool reaped_ = false;
+  std::string path_;
+};
 
 class UmaskGuard {
  public:
@@ -322,13 +393,17 @@ TEST_CASE("open_segment rejects damaged files and reports why", "[segment][valid
   }
 }
 
-TEST_CASE("Re-creating a segment replaces it atomically while the old mapping stays readable", "[segment]") {
+TEST_CASE("Re-creating a closed segment replaces it atomically while the old mapping stays readable",
+          "[segment]") {
   TempDir dir;
   shm::CreateResult first = shm::create_segment(test_identity(), options_in(dir));
   REQUIRE(first.error == shm::CreateError::kNone);
+  // The writer said goodbye (a Reporter that re-opens closes its segment first) but its mapping is kept.
+  shm::shared(first.file.header()->closed).store(1, std::memory_order_release);
   shm::CreateResult second = shm::create_segment(test_identity(), options_in(dir));
   REQUIRE(second.error == shm::CreateError::kNone);
   CHECK(first.path == second.path);
+  CHECK(second.note.empty());
   CHECK(dir.list().size() == 1);
   CHECK(first.file.header()->generation != second.file.header()->generation);
   CHECK(first.file.header()->magic == shm::kMagic);
@@ -370,6 +445,136 @@ TEST_CASE("unlink_if_same_file does not remove a replacement renamed onto the sa
   CHECK_FALSE(shm::unlink_if_same_file(new_fd, path));  // already gone
   ::close(old_fd);
   ::close(new_fd);
+}
+
+TEST_CASE(
+    "A live writer's segment name is never taken: a second writer publishes beside it, and takes the name "
+    "once the first is gone",
+    "[segment]") {
+  using rankstat::testkit::wait_until;
+  TempDir dir;
+  const shm::SegmentIdentity identity = test_identity();
+  ForkedWriter first(identity, options_in(dir));
+  const std::string name = dir.path() + "/rankstat.unit.scheduler.tp1-pp0-ep0-dp2";
+  REQUIRE(first.path() == name);
+  struct stat before {};
+  REQUIRE(::lstat(name.c_str(), &before) == 0);
+  const shm::OpenedSegment held = shm::open_segment(name, false);
+  REQUIRE(held.reason == shm::RejectReason::kNone);
+  REQUIRE(held.identity.pid == static_cast<std::uint32_t>(first.pid()));
+
+  shm::CreateResult second = shm::create_segment(identity, options_in(dir));
+  INFO(second.message);
+  REQUIRE(second.error == shm::CreateError::kNone);
+  CHECK(second.path == name + "_2");
+  CHECK(std::string(second.file.header()->rank_key) == "tp1-pp0-ep0-dp2_2");
+  CHECK_THAT(second.note,
+             Catch::Contains(name + " is held by a live writer (pid " + std::to_string(first.pid()) + ")") &&
+                 Catch::Contains("published as " + second.path));
+  // The first writer's file is untouched: same inode, same generation, not closed.
+  CHECK(same_inode(name, before));
+  const shm::OpenedSegment still = shm::open_segment(name, false);
+  REQUIRE(still.reason == shm::RejectReason::kNone);
+  CHECK(still.identity.generation == held.identity.generation);
+  CHECK_FALSE(shm::read_producer_state(*still.file.header()).closed);
+  CHECK(dir.list() == std::vector<std::string>{"rankstat.unit.scheduler.tp1-pp0-ep0-dp2",
+                                               "rankstat.unit.scheduler.tp1-pp0-ep0-dp2_2"});
+
+  SECTION("once the first writer is killed (a zombie, not reaped yet) a new writer takes its name") {
+    first.kill();
+    REQUIRE(wait_until(
+        [&] {
+          return shm::probe_process_start(static_cast<std::uint32_t>(first.pid())).status ==
+                 shm::ProcessStart::Status::kGone;
+        },
+        std::chrono::seconds(10)));
+    const shm::CreateResult third = shm::create_segment(identity, options_in(dir));
+    REQUIRE(third.error == shm::CreateError::kNone);
+    CHECK(third.path == name);
+    CHECK(third.note.empty());
+    CHECK_FALSE(same_inode(name, before));
+    CHECK(shm::open_segment(name, false).identity.generation == third.file.header()->generation);
+    CHECK(dir.list().size() == 2);  // the dead generation is gone from the directory, the _2 one stays
+    first.reap();
+  }
+  SECTION("a third writer while both are alive (the second is this very process) takes the next name") {
+    struct stat mine {};
+    REQUIRE(::lstat(second.path.c_str(), &mine) == 0);
+    const shm::CreateResult third = shm::create_segment(identity, options_in(dir));
+    REQUIRE(third.error == shm::CreateError::kNone);
+    CHECK(third.path == name + "_3");
+    CHECK(same_inode(second.path, mine));
+    CHECK(shm::open_segment(second.path, false).identity.generation == second.file.header()->generation);
+  }
+}
+
+TEST_CASE("A dead writer's segment that another writer is replacing right now is left to that writer",
+          "[segment]") {
+  TempDir dir;
+  shm::CreateResult dead = shm::create_segment(test_identity(), options_in(dir));
+  REQUIRE(dead.error == shm::CreateError::kNone);
+  const std::uint32_t no_such_pid = 0x3FFFFFF0u;  // above any pid_max
+  write_at(dead.path, offsetof(shm::SegmentHeader, pid), &no_such_pid, sizeof no_such_pid);
+  dead.file.reset();
+  const int locked = ::open(dead.path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(locked >= 0);
+  REQUIRE(::flock(locked, LOCK_EX | LOCK_NB) == 0);  // what a replacing writer holds while it renames
+  const shm::CreateResult beside = shm::create_segment(test_identity(), options_in(dir));
+  REQUIRE(beside.error == shm::CreateError::kNone);
+  CHECK(beside.path == dead.path + "_2");
+  CHECK_THAT(beside.note, Catch::Contains("replacing right now"));
+  ::close(locked);
+  // Unlocked, the dead segment is replaceable again.
+  const shm::CreateResult replacing = shm::create_segment(test_identity(), options_in(dir));
+  REQUIRE(replacing.error == shm::CreateError::kNone);
+  CHECK(replacing.path == dead.path);
+  CHECK(replacing.note.empty());
+}
+
+TEST_CASE("A segment name held by something that is no segment is replaced only if it is this user's file",
+          "[segment]") {
+  TempDir dir;
+  const std::string name = dir.path() + "/rankstat.unit.scheduler.tp1-pp0-ep0-dp2";
+  SECTION("a directory keeps the name and the segment is published beside it") {
+    REQUIRE(::mkdir(name.c_str(), 0700) == 0);
+    const shm::CreateResult created = shm::create_segment(test_identity(), options_in(dir));
+    REQUIRE(created.error == shm::CreateError::kNone);
+    CHECK(created.path == name + "_2");
+    CHECK_THAT(created.note, Catch::Contains("not a regular file"));
+  }
+  SECTION("a symlink keeps the name and is not followed") {
+    const std::string target = dir.path() + "/target";
+    std::ofstream(target) << "kept";
+    REQUIRE(::symlink(target.c_str(), name.c_str()) == 0);
+    const shm::CreateResult created = shm::create_segment(test_identity(), options_in(dir));
+    REQUIRE(created.error == shm::CreateError::kNone);
+    CHECK(created.path == name + "_2");
+    CHECK(rankstat::testkit::read_file(target) == "kept");
+  }
+  SECTION("a file of this user without a segment's magic is replaced") {
+    std::ofstream(name) << "not a segment";
+    const shm::CreateResult created = shm::create_segment(test_identity(), options_in(dir));
+    REQUIRE(created.error == shm::CreateError::kNone);
+    CHECK(created.path == name);
+    CHECK(created.note.empty());
+    CHECK(file_size(name) == small_geometry().total_bytes());
+  }
+}
+
+TEST_CASE("Alternative rank keys fit the header's rank_key field and never repeat the rank's own",
+          "[segment]") {
+  CHECK(shm::candidate_rank_key("tp0-pp0-ep0", 0, 0) == "tp0-pp0-ep0");
+  CHECK(shm::candidate_rank_key("tp0-pp0-ep0", 1, 0) == "tp0-pp0-ep0_2");
+  CHECK(shm::candidate_rank_key("tp0-pp0-ep0", shm::kNumberedNames - 1, 0) ==
+        "tp0-pp0-ep0_" + std::to_string(shm::kNumberedNames));
+  CHECK(shm::candidate_rank_key("tp0-pp0-ep0", shm::kNumberedNames, 0xdeadbeefu) == "tp0-pp0-ep0_rdeadbeef");
+  const std::string longest(shm::kRankKeyBytes - 1, 'k');
+  for (int index = 1; index < shm::kNumberedNames + shm::kRandomNames; ++index) {
+    const std::string key = shm::candidate_rank_key(longest, index, 0x12345678u);
+    CHECK(key.size() <= shm::kRankKeyBytes - 1);
+    CHECK(key != longest);
+    CHECK(shm::is_valid_name_component(key));
+  }
 }
 
 TEST_CASE("process_start_ticks identifies a live process and nothing else", "[segment][process]") {

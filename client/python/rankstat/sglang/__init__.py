@@ -29,6 +29,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Dict
@@ -52,6 +54,7 @@ _METRIC_CLASSES = {"Counter": Counter, "Gauge": Gauge, "Histogram": Histogram, "
 # SGLang's metric-class hooks (class attributes of its collectors' mixin, None by default) and what they take.
 _HOOKS = {"_" + name.lower() + "_cls": cls for name, cls in _METRIC_CLASSES.items()}
 _swap_lock = threading.RLock()
+_swap_originals: Dict[str, Any] = {}  # prometheus_client's own classes while the outermost swap lasts
 
 
 @contextmanager
@@ -62,6 +65,9 @@ def prometheus_classes_swapped():
     import prometheus_client
     with _swap_lock:
         saved = {name: getattr(prometheus_client, name) for name in _METRIC_CLASSES}
+        outermost = not _swap_originals
+        if outermost:
+            _swap_originals.update(saved)
         try:
             for name, cls in _METRIC_CLASSES.items():
                 setattr(prometheus_client, name, cls)
@@ -69,6 +75,26 @@ def prometheus_classes_swapped():
         finally:
             for name, cls in saved.items():
                 setattr(prometheus_client, name, cls)
+            if outermost:
+                _swap_originals.clear()
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread exists in the child. If it holds the swap (or nobody does), it restores the
+    # classes itself; if another thread was inside a swap, it never will: prometheus_client gets its own
+    # classes back and the lock is new, or the child's first swap would hang.
+    global _swap_lock, _subclass_lock, _install_lock
+    if _swap_lock.acquire(blocking=False):
+        _swap_lock.release()
+    else:
+        module = sys.modules.get("prometheus_client")
+        if module is not None:
+            for name, cls in _swap_originals.items():
+                setattr(module, name, cls)
+        _swap_originals.clear()
+        _swap_lock = threading.RLock()
+    _subclass_lock = threading.Lock()
+    _install_lock = threading.Lock()
 
 
 def _collector_module():
@@ -195,6 +221,9 @@ def patch_collector_module(module, *, routed_roles: bool = True) -> list:
 
 _install_lock = threading.Lock()
 _routed_roles = False   # whether install() (every collector) or only install_unrouted() was asked for
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _install(routed_roles: bool) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import threading
 from types import ModuleType
 from typing import Any, Callable, Dict
@@ -40,6 +41,16 @@ _HELPER_HOOKS = ("_spec_decoding_cls", "_perf_metrics_cls", "_kv_connector_cls",
 _HOT_METHODS = frozenset({"record"})
 
 _lock = threading.Lock()
+
+
+def _new_lock_after_fork() -> None:
+    # A thread patching the logger classes when another forks would leave the lock held in the child.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def _building_in_segment(init: Callable) -> Callable:

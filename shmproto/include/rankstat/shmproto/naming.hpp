@@ -1,6 +1,8 @@
 // Segment names: rankstat.<instance>.<role>.<rank-key>. The name is the registry: a reader learns
 // which segments exist by listing the directory, and a restarted rank replaces its predecessor by
-// renaming a new file onto the same name.
+// renaming a new file onto the same name. A writer whose name is held by a live writer publishes
+// under "<rank-key>_2", ... instead (segment.hpp, create_segment): readers take the rank key from the
+// header, never from an expected name.
 #pragma once
 
 #include <array>

@@ -5,17 +5,28 @@
 // fills the header, stores the magic last (release) and renames the file onto its final name. A rank
 // that restarts under the same name therefore replaces the old generation atomically; a reader that
 // still maps the old inode keeps reading it until it lets go.
+//
+// Only a segment whose writer is gone is ever replaced. The rename never overwrites (RENAME_NOREPLACE);
+// a name already held is judged (judge_name_holder): a regular file of this user whose writer exited,
+// died or closed it is replaced, anything else (a live writer, a writer that cannot be checked, another
+// user's file) keeps its name and the new segment is published beside it as "<rank key>_2", "_3", ...
+// (CreateResult::note says so). Readers find segments by listing the directory, so the name need not
+// be the one the identity suggests; the header's rank_key is always the name's last component.
 #pragma once
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -132,6 +143,10 @@ struct CreateResult {
   std::string message;
   std::string path;
   MappedFile file;
+  // Set when the segment was published under another name than its identity's because that name was
+  // held (by a live writer, or by a file of another user): one line saying which name, why, and the
+  // name used instead. Empty otherwise.
+  std::string note;
 };
 
 inline std::string resolve_rank_key(const SegmentIdentity& identity, std::uint32_t pid) {
@@ -236,6 +251,211 @@ inline bool unlink_if_same_file(int fd, const std::string& path) {
   if (fstat(fd, &by_fd) != 0 || lstat(path.c_str(), &by_name) != 0) return false;
   if (by_fd.st_ino != by_name.st_ino || by_fd.st_dev != by_name.st_dev) return false;
   return ::unlink(path.c_str()) == 0;
+}
+
+// Who holds a segment name, and whether a new segment may take the name from it.
+struct NameHolder {
+  bool replaceable = false;
+  std::string description;  // e.g. "a live writer (pid 1234)", for the note or the error message
+};
+
+// Judges the file holding a segment name: `st` from lstat (or fstat of `fd`), `fd` open on the same file
+// or -1 when it could not be opened. Only a regular file of this user may be replaced, and only when no
+// writer can still be using it: it is no segment (its magic is missing), its writer closed it, or the
+// writer's process is gone (exited, a zombie, or its pid now names a process with another start time).
+// A live writer keeps its name, this very process included (another Reporter of the same identity is
+// alive: replacing it would lose its later writes; a Reporter that re-opens closes its segment first).
+// A writer that cannot be checked (no /proc access, out of descriptors) counts as alive: unknown is not
+// dead. A segment of another layout major is not judged (its pid fields may mean something else).
+inline NameHolder judge_name_holder(const struct stat& st, int fd) {
+  if (!S_ISREG(st.st_mode))
+    return {false, "something not a regular file, owned by " + describe_user(st.st_uid)};
+  if (st.st_uid != geteuid()) {
+    return {false, "a file owned by " + describe_user(st.st_uid) + ", not by this process's user " +
+                       describe_user(geteuid())};
+  }
+  if (fd < 0) return {false, "a file of this user that cannot be opened"};
+  SegmentHeader h{};
+  ssize_t n = -1;
+  do {
+    n = ::pread(fd, &h, sizeof h, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return {false, "a file of this user that cannot be read (" + errno_text(errno) + ")"};
+  constexpr auto kNeeded = static_cast<ssize_t>(offsetof(SegmentHeader, closed) + sizeof h.closed);
+  // Writers publish only after the magic and the whole size are in place: without them no writer uses it.
+  if (n < kNeeded || h.magic != kMagic) return {true, "a file of this user that is not a segment"};
+  const std::string writer = "pid " + std::to_string(h.pid);
+  if (h.layout_major != kLayoutMajor) {
+    return {false, "a segment of layout " + layout_version_text(h) + " (" + writer +
+                       "), whose writer this version cannot judge"};
+  }
+  if (h.closed != 0) return {true, "the closed segment of " + writer};
+  const ProcessStart probe = probe_process_start(h.pid);
+  switch (probe.status) {
+    case ProcessStart::Status::kGone:
+      return {true, "the segment of " + writer + ", which has exited"};
+    case ProcessStart::Status::kFound:
+      // A writer that could not read its own start time (0) is judged by the pid alone.
+      if (h.pid_start_ticks != 0 && probe.ticks != h.pid_start_ticks)
+        return {true, "the segment of " + writer + ", which has exited (the pid is reused)"};
+      return {false, "a live writer (" + writer + ")"};
+    case ProcessStart::Status::kUnknown:
+      break;
+  }
+  return {false, "a writer that cannot be checked (" + writer + ": " +
+                     (probe.error != 0 ? errno_text(probe.error) : std::string("unreadable /proc entry")) +
+                     "; counted as alive)"};
+}
+
+// renameat2(2) flags, the kernel's values (glibc names them only from 2.28, with _GNU_SOURCE).
+inline constexpr unsigned kRenameNoReplace = 1u << 0;
+inline constexpr unsigned kRenameExchange = 1u << 1;
+
+inline int rename_with_flags(const std::string& from, const std::string& to, unsigned flags) {
+#ifdef SYS_renameat2
+  return static_cast<int>(::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+struct PublishAttempt {
+  enum class Outcome : std::uint8_t { kPublished, kTaken, kFailed };
+  Outcome outcome = Outcome::kFailed;
+  std::string holder;  // kTaken: who holds the name
+  int error = 0;       // kFailed: errno
+};
+
+// A descriptor closed on scope exit.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd() { reset(-1); }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+inline bool same_inode(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+// Opens the file at `path` (never following a symlink) and judges it; `listed` is its lstat. A file
+// that changed between the two is reported through `changed` (the caller looks again).
+inline NameHolder open_and_judge(const std::string& path, const struct stat& listed, ScopedFd& holder,
+                                 bool& changed) {
+  changed = false;
+  if (!S_ISREG(listed.st_mode) || listed.st_uid != geteuid()) return judge_name_holder(listed, -1);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    changed = errno == ENOENT;
+    return judge_name_holder(listed, -1);
+  }
+  holder.reset(fd);
+  struct stat held {};
+  if (::fstat(fd, &held) != 0 || !same_inode(held, listed)) {
+    changed = true;
+    return {};
+  }
+  return judge_name_holder(held, fd);
+}
+
+// Where renameat2 is not supported (ENOSYS, or EINVAL from a file system without RENAME_NOREPLACE):
+// judge the holder, then rename. A writer publishing in between is overwritten; nothing better exists
+// there.
+inline PublishAttempt publish_by_check_then_rename(const std::string& temporary, const std::string& path) {
+  using Outcome = PublishAttempt::Outcome;
+  struct stat listed {};
+  if (::lstat(path.c_str(), &listed) == 0) {
+    ScopedFd holder(-1);
+    bool changed = false;
+    NameHolder verdict = open_and_judge(path, listed, holder, changed);
+    if (!changed && !verdict.replaceable) return {Outcome::kTaken, std::move(verdict.description), 0};
+  } else if (errno != ENOENT) {
+    return {Outcome::kFailed, {}, errno};
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) return {Outcome::kFailed, {}, errno};
+  return {Outcome::kPublished, {}, 0};
+}
+
+// Puts the fully built temporary (open as `fd`) under `path`, unless the name is held by a file that
+// judge_name_holder says must stay. Never overwrites a file it did not judge replaceable:
+//  * a free name is taken with RENAME_NOREPLACE, so a writer publishing at the same moment is never
+//    overwritten;
+//  * a replaceable holder is replaced while this process holds an flock on it (a second writer judging
+//    the same dead holder cannot take it too: its flock fails, or the name no longer points to that
+//    holder when it looks again), by RENAME_EXCHANGE, so that what left the name can be checked: the
+//    judged holder is unlinked (as rename would have); anything else (the holder was unlinked and a
+//    new segment published between the look and the exchange) is exchanged back at once.
+inline PublishAttempt publish_under(const std::string& temporary, int fd, const std::string& path) {
+  using Outcome = PublishAttempt::Outcome;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (rename_with_flags(temporary, path, kRenameNoReplace) == 0) return {Outcome::kPublished, {}, 0};
+    const int e = errno;
+    if (e == ENOSYS || e == EINVAL) return publish_by_check_then_rename(temporary, path);
+    if (e != EEXIST) return {Outcome::kFailed, {}, e};
+    struct stat listed {};
+    if (::lstat(path.c_str(), &listed) != 0) {
+      if (errno == ENOENT) continue;  // removed meanwhile: try the free name again
+      return {Outcome::kFailed, {}, errno};
+    }
+    ScopedFd holder(-1);
+    bool changed = false;
+    NameHolder verdict = open_and_judge(path, listed, holder, changed);
+    if (changed) continue;
+    if (!verdict.replaceable) return {Outcome::kTaken, std::move(verdict.description), 0};
+    if (::flock(holder.get(), LOCK_EX | LOCK_NB) != 0) {
+      return {Outcome::kTaken, verdict.description + ", which another writer is replacing right now", 0};
+    }
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) != 0 || !same_inode(now, listed)) continue;  // replaced meanwhile
+    if (rename_with_flags(temporary, path, kRenameExchange) != 0) {
+      const int x = errno;
+      if (x == ENOENT) continue;
+      if (x != ENOSYS && x != EINVAL) return {Outcome::kFailed, {}, x};
+      // No exchange on this file system: the flock still keeps other writers of this version off.
+      if (::rename(temporary.c_str(), path.c_str()) != 0) return {Outcome::kFailed, {}, errno};
+      return {Outcome::kPublished, {}, 0};
+    }
+    // `temporary` now names what held `path`.
+    if (unlink_if_same_file(holder.get(), temporary)) return {Outcome::kPublished, {}, 0};
+    struct stat ours {};
+    struct stat at_temporary {};
+    if (::fstat(fd, &ours) == 0 && ::lstat(temporary.c_str(), &at_temporary) == 0 &&
+        same_inode(ours, at_temporary)) {
+      continue;  // nothing was exchanged after all (cannot happen on Linux); look again
+    }
+    // Another writer's segment: give its name back.
+    if (rename_with_flags(temporary, path, kRenameExchange) != 0) return {Outcome::kFailed, {}, errno};
+  }
+  return {Outcome::kTaken, "files that kept changing while this writer looked at them", 0};
+}
+
+// The rank key of the `index`-th name a segment tries: its own (0), then "<key>_2" .. "<key>_16", then
+// "<key>_r<8 hex digits>" from `random` (a name no one can squat in advance). The key part is shortened
+// so that the whole fits the header's rank_key field.
+inline constexpr int kNumberedNames = 16;
+inline constexpr int kRandomNames = 8;
+inline std::string candidate_rank_key(const std::string& key, int index, std::uint32_t random) {
+  if (index == 0) return key;
+  std::string suffix = "_";
+  if (index < kNumberedNames) {
+    suffix += std::to_string(index + 1);
+  } else {
+    static constexpr char kHex[] = "0123456789abcdef";
+    suffix += 'r';
+    for (int shift = 28; shift >= 0; shift -= 4) suffix += kHex[(random >> shift) & 15u];
+  }
+  const std::size_t room = kRankKeyBytes - 1 - suffix.size();
+  return key.substr(0, std::min(key.size(), room)) + suffix;
 }
 
 inline CreateResult create_segment(const SegmentIdentity& identity, const CreateOptions& options) {
@@ -356,32 +576,45 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   cumulative->text_capacity = g.cumulative().text_bytes();
 
   shared(h.magic).store(kMagic, std::memory_order_release);
-  // Name squatting: another user may have created a file under this rank's name first. In a sticky
-  // directory (/dev/shm) the rename below would fail with a bare EPERM; elsewhere it would silently
-  // replace a file we do not own. Either way say who holds the name. (The check races with a squatter
-  // creating the file right now; the rename's own error still stops that case.)
-  if (struct stat target{};
-      ::lstat(path.c_str(), &target) == 0 && (!S_ISREG(target.st_mode) || target.st_uid != geteuid())) {
-    file.reset();
-    ::unlink(temporary.c_str());
-    return fail(CreateError::kPermission,
-                "cannot publish " + path + ": the name is taken by " +
-                    (S_ISREG(target.st_mode) ? "a file" : "something not a regular file") + " owned by " +
-                    describe_user(target.st_uid) + ", not by this process's user " +
-                    describe_user(geteuid()) +
-                    " (another user created it first?); remove it or use another "
-                    "segment directory");
+  // The rank's own name first; if a live writer or another user holds it, the next free alternative.
+  // `temporary` is invisible to readers (they skip "*.tmp.*"), so its rank_key may still change.
+  const std::string prefix = options.directory + "/";
+  std::string first_holder;
+  for (int index = 0; index < kNumberedNames + kRandomNames; ++index) {
+    const std::string key = candidate_rank_key(rank_key, index, index < kNumberedNames ? 0u : entropy());
+    if (index > 0) {
+      shared(h.magic).store(0, std::memory_order_relaxed);
+      std::memset(h.rank_key, 0, sizeof h.rank_key);
+      copy_fixed_string(key, h.rank_key, sizeof h.rank_key);
+      shared(h.magic).store(kMagic, std::memory_order_release);
+    }
+    const std::string candidate = prefix + segment_name(identity.instance, identity.role, key);
+    PublishAttempt attempt = publish_under(temporary, file.fd(), candidate);
+    if (attempt.outcome == PublishAttempt::Outcome::kTaken) {
+      if (index == 0) first_holder = std::move(attempt.holder);
+      continue;
+    }
+    if (attempt.outcome == PublishAttempt::Outcome::kFailed) {
+      const int e = attempt.error;
+      unlink_if_same_file(file.fd(), temporary);
+      file.reset();
+      return fail(e == EACCES || e == EPERM ? CreateError::kPermission : CreateError::kIo,
+                  "cannot publish " + candidate + ": " + errno_text(e));
+    }
+    if (index > 0) {
+      result.note = "segment name " + path + " is held by " + first_holder + "; published as " + candidate +
+                    " instead (same labels; the daemon finds segments by listing the directory)";
+    }
+    result.path = candidate;
+    result.file = std::move(file);
+    return result;
   }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    file.reset();
-    ::unlink(temporary.c_str());
-    return fail(e == EACCES || e == EPERM ? CreateError::kPermission : CreateError::kIo,
-                "cannot publish " + path + ": " + errno_text(e));
-  }
-  result.path = path;
-  result.file = std::move(file);
-  return result;
+  unlink_if_same_file(file.fd(), temporary);
+  file.reset();
+  return fail(CreateError::kPermission,
+              "cannot publish " + path + ": the name is held by " + first_holder + ", and " +
+                  std::to_string(kNumberedNames + kRandomNames - 1) +
+                  " alternative names are taken too; remove stale files or use another segment directory");
 }
 
 // Marks a segment closed (clean exit). The file stays so the daemon can fold in its final totals and
