@@ -8,12 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "fake_rank.hpp"
 #include "rankstat/reporter.hpp"
 
 namespace rankstat::bench {
@@ -64,12 +66,9 @@ inline std::vector<MetricRow> load_metric_set(const std::string& path) {
 }
 
 inline shm::GaugeMode gauge_mode(const std::string& mode) {
-  static const char* const kModes[] = {"all",     "liveall", "sum",     "livesum",    "min",
-                                       "livemin", "max",     "livemax", "mostrecent", "livemostrecent"};
-  for (std::size_t i = 0; i < std::size(kModes); ++i) {
-    if (mode == kModes[i]) return static_cast<shm::GaugeMode>(i);
-  }
-  throw std::runtime_error("unknown gauge mode " + mode);
+  const std::optional<shm::GaugeMode> known = fake_rank::gauge_mode(mode);
+  if (!known) throw std::runtime_error("unknown gauge mode " + mode);
+  return *known;
 }
 
 // One simulated scheduler rank: registers the metric set once, then publishes one logged step per

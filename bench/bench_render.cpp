@@ -24,6 +24,7 @@
 
 #include "aggregation.hpp"
 #include "bench_metric_set.hpp"
+#include "http/chunked_gzip.hpp"
 #include "http/gzip.hpp"
 #include "rankstat/shmproto/process.hpp"
 #include "retired_totals.hpp"
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
     std::size_t chunked_gzip_bytes = 0;
     std::uint64_t step = 1;
     rankstat::FamilySet persistent;
-    rankstat::exposition::ChunkedGzip chunked(1);
+    rankstat::http::ChunkedGzip chunked(1);
     for (int round = 0; round < rounds + 1; ++round) {
       for (auto& s : simulated) s->step(step);
       ++step;

@@ -129,9 +129,16 @@ def replay_time(trace, side, number, env, hot=()):
            "summary_line": next((line for line in result.stderr.splitlines() if line.startswith("# REPLAY ")), ""),
            "blocks": len(summary.get("blocks", [])),
            "failed_blocks": {b["name"]: b["status"] for b in summary.get("blocks", []) if b["status"] != "ok"}}
+    # rankstat's own warnings: a process whose metrics are disabled, or whose series were refused, times
+    # no-op updates, which must not pass for a figure (NOOP_MARKERS; the benchmarks print n/a instead).
+    out["noop_warnings"] = [line for line in result.stderr.splitlines()
+                            if line.startswith("rankstat:") and any(m in line for m in NOOP_MARKERS)][:5]
     if not times:
         out["error"] = result.stderr.strip()[-1500:] or f"replay.py exited {result.returncode}"
     return out
+
+
+NOOP_MARKERS = ("metrics disabled", "cannot register", "updates are dropped")
 
 
 def hot_status(run, name, first_block=None):
@@ -140,6 +147,8 @@ def hot_status(run, name, first_block=None):
     block failed in the replay (raised, or DIVERGED) would time a path the engine did not take."""
     if name not in run["times_us"]:
         return "not timed"
+    if run.get("noop_warnings"):
+        return "NOOP: " + run["noop_warnings"][0][:200]
     if not run["blocks"]:
         return "no replay summary"
     return run["failed_blocks"].get(first_block or name.partition("#")[0], "ok")

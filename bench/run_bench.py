@@ -344,16 +344,9 @@ def engine_rows(results, lines):
         import bench_python_calls
         lines.extend(bench_python_calls.run_bench_rows(engine["python_calls"]))
     vllm = engine.get("vllm_record") or {}
-    if vllm.get("available"):
-        ratio = vllm.get("ratio")
-        lines.append(f"| vLLM's stat logger (bench_vllm_record.py, engine oracle replay --time {vllm['iterations']}, "
-                     f"metric operations only): one decode step's record(), two engines, spec decoding, LoRA, us | "
-                     f"{fmt(vllm['rankstat_us'])} | prometheus_client {vllm.get('prometheus_client')} "
-                     f"{fmt(vllm['prometheus_client_us'])}; null backend (floor) {fmt(vllm.get('null_us'))} | "
-                     f"{f'{ratio:.1f}x cheaper' if ratio else 'n/a'} | >= 5x | {verdict(bool(ratio) and ratio >= 5)} |")
-    elif vllm:
-        lines.append(f"| vLLM's stat logger: record() per step | not available: {vllm.get('reason', '-')} | - | - | "
-                     f">= 5x | - |")
+    if vllm:
+        import bench_vllm_record
+        lines.extend(bench_vllm_record.run_bench_rows(vllm))
     anchor_step = engine["anchor_step"]
     step_us = anchor_step["log_stats_us_median"]
     lines.append(f"| anchor (anchor_multiprocess.py): one logged step of this metric set, {anchor_step['gauges_per_step']} x "

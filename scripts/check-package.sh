@@ -118,6 +118,9 @@ from importlib.metadata import entry_points
 import rankstat, rankstat._accel as accel
 if not [e for e in entry_points(group="vllm.stat_logger_plugins") if e.value == "rankstat.vllm:VllmStatLoggerPlugin"]:
     sys.exit("no vllm.stat_logger_plugins entry point for rankstat")
+from importlib.metadata import version
+if not (rankstat.__version__ == version("rankstat") != "0+unknown"):
+    sys.exit("rankstat.__version__ %s and its distribution metadata %s disagree" % (rankstat.__version__, version("rankstat")))
 requests = rankstat.Counter("outside_python_requests", "Requests", ["lang"])
 requests.labels(lang="python").inc(3)
 print(rankstat.__file__, "loaded", rankstat.library_path(), "and", accel.FASTPATH_PATH if accel.FAST else "no fastpath: %s" % accel.FASTPATH_ERROR)

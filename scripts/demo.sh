@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One command for a newcomer: installs dependencies, builds (release), then runs rankstatd next to an
-# example engine (simulated SGLang scheduler ranks) until Ctrl-C. While it runs:
-#   curl -s localhost:9473/metrics | grep '^sglang:num_running_reqs'
+# One command for a newcomer: installs dependencies, builds (release) the daemon, the `rankstat` CLI and
+# the example engine, then runs rankstatd next to the example engine (simulated SGLang scheduler ranks)
+# until Ctrl-C. Its last lines say what to run in another terminal (`rankstat top`, curl /metrics).
 # Environment: RANKSTAT_PORT (default 9473), DEMO_DP (data-parallel ranks, default 4), DEMO_TP (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 port="${RANKSTAT_PORT:-9473}"
 bash scripts/install-deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target rankstatd rankstat_example_engine
+cmake --build --preset release --target rankstatd rankstat_cli rankstat_example_engine
 
 shm_dir="${RANKSTAT_SHM_DIR:-/dev/shm}"
 pids=()
@@ -33,6 +33,11 @@ for _ in $(seq 1 50); do
 done
 sleep 1
 echo
-echo "rankstatd is serving http://localhost:${port}/metrics  (JSON: /api/v1/ranks). Ctrl-C stops the demo."
 curl -s "http://127.0.0.1:${port}/metrics" | grep -E '^sglang:(num_running_reqs|token_usage)\{' | head -8 || true
+echo
+echo "rankstatd is serving http://localhost:${port}/metrics (JSON: /api/v1/ranks). In another terminal:"
+echo "  build/release/cli/rankstat --address 127.0.0.1:${port} top      # live per-rank view (q quits)"
+echo "  build/release/cli/rankstat --address 127.0.0.1:${port} ranks    # every segment, one line each"
+echo "  curl -s http://localhost:${port}/metrics | grep '^sglang:'"
+echo "Ctrl-C stops the demo."
 wait -n "${pids[@]}"

@@ -5,7 +5,11 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
+  # Four presets compile the same sources; ccache makes a rebuild in a fresh clone mostly cache hits.
+  ccache
   clang-format clang-tidy
+  # scripts/lint.sh: the Python linter and type checker.
+  python3-pyflakes mypy
   # libboost1.81-dev conflicts with the default 1.74 packages: name the 1.81 ones explicitly.
   libboost1.81-dev libboost-json1.81-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite on a fresh Debian 12 machine: installs dependencies, then builds and tests
+# Runs the whole test suite on a fresh Debian 12 machine: installs dependencies, checks formatting and
+# lints (scripts/lint.sh), then builds and tests
 # the dev, asan-ubsan and tsan presets (after dev's tests, clang-tidy: scripts/clang-tidy.sh), smoke-runs
 # the benchmarks, checks the install and the Debian package (scripts/check-package.sh), and fuzzes the
 # shared-memory parsers for a bounded time (the fuzz preset of tests/fuzz, clang + libFuzzer;
@@ -10,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+# Formatting, Python lint and type check first: they take seconds and fail on any finding.
+echo "=== lint: clang-format, pyflakes, mypy (scripts/lint.sh)"
+bash scripts/lint.sh
 
 presets=("$@")
 if ((${#presets[@]} == 0)); then presets=(dev asan-ubsan tsan fuzz); fi

@@ -41,7 +41,12 @@ thread_local const char* tls_error_text = "";
 thread_local std::string tls_error_message;
 
 constexpr std::uint32_t kIdentityV1Bytes = sizeof(rankstat_identity);
-constexpr std::uint32_t kGeometryV1Bytes = sizeof(rankstat_geometry);
+constexpr std::uint32_t kGeometryV1Bytes = offsetof(rankstat_geometry, text_capacity);
+constexpr std::uint32_t kGeometryWithTextBytes =
+    offsetof(rankstat_geometry, text_capacity) + sizeof(std::uint32_t);
+// A series spec before the text lengths were appended (layout 2), and with them.
+constexpr std::uint32_t kSeriesSpecV1Bytes = offsetof(rankstat_series_spec, family_length);
+constexpr std::uint32_t kSeriesSpecLengthsBytes = sizeof(rankstat_series_spec);
 // The first rankstat_permissions had mode and group only; shm_dir was appended after it.
 constexpr std::uint32_t kPermissionsV1Bytes = offsetof(rankstat_permissions, shm_dir);
 constexpr std::uint32_t kPermissionsWithShmDirBytes =
@@ -159,6 +164,23 @@ bool read_labels(std::uint32_t count, const char* const* names, const char* cons
   return true;
 }
 
+// Labels whose texts are given by length (RANKSTAT_SERIES_TEXT_LENGTHS): NUL bytes included.
+bool read_sized_labels(std::uint32_t count, const char* const* names, const char* const* values,
+                       const size_t* name_lengths, const size_t* value_lengths,
+                       rankstat::shm::LabelPairs& out) {
+  if (count == 0) return true;
+  if (names == nullptr || values == nullptr || name_lengths == nullptr || value_lengths == nullptr)
+    return false;
+  out.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if ((names[i] == nullptr && name_lengths[i] != 0) || (values[i] == nullptr && value_lengths[i] != 0))
+      return false;
+    out.emplace_back(names[i] != nullptr ? std::string(names[i], name_lengths[i]) : std::string(),
+                     values[i] != nullptr ? std::string(values[i], value_lengths[i]) : std::string());
+  }
+  return true;
+}
+
 // Why a series spec is invalid, naming the part at fault (the first one found); empty if the contract's
 // checks would all pass (then the cause was capacity).
 std::string invalid_series_reason(rankstat::shm::SeriesKind kind, std::string_view family,
@@ -166,14 +188,12 @@ std::string invalid_series_reason(rankstat::shm::SeriesKind kind, std::string_vi
                                   std::span<const double> bounds) {
   namespace shm = rankstat::shm;
   if (!shm::is_valid_metric_name(family)) {
-    return "family name must match [a-zA-Z_:][a-zA-Z0-9_:]* and be shorter than " +
-           std::to_string(shm::kFamilyNameBytes) + " bytes";
+    return "family name must match [a-zA-Z_:][a-zA-Z0-9_:]*";
   }
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const auto& [name, value] = labels[i];
     if (!shm::is_valid_label_name(name)) {
-      return "label name '" + name +
-             "' must match [a-zA-Z_][a-zA-Z0-9_]*, not start with __, and be at most 64 bytes";
+      return "label name '" + name + "' must match [a-zA-Z_][a-zA-Z0-9_]* and not start with __";
     }
     if (kind == shm::SeriesKind::kHistogram && name == "le")
       return "label name 'le' is reserved for histogram buckets";
@@ -182,15 +202,8 @@ std::string invalid_series_reason(rankstat::shm::SeriesKind kind, std::string_vi
     for (std::size_t j = 0; j < i; ++j) {
       if (labels[j].first == name) return "label name '" + name + "' is given twice";
     }
-    if (!shm::is_valid_utf8(value) || value.find('\0') != std::string::npos) {
-      return "the value of label '" + name + "' is not valid UTF-8 (or holds a NUL byte)";
-    }
+    if (!shm::is_valid_utf8(value)) return "the value of label '" + name + "' is not valid UTF-8";
   }
-  if (shm::encoded_label_bytes(labels) > shm::kSeriesLabelBytes) {
-    return "labels take more than " + std::to_string(shm::kSeriesLabelBytes) + " bytes";
-  }
-  if (help.size() > shm::kHelpBytes)
-    return "help text longer than " + std::to_string(shm::kHelpBytes) + " bytes";
   if (!shm::is_valid_utf8(help)) return "help text is not valid UTF-8";
   if (bounds.size() > shm::kMaxHistogramBuckets) {
     return "more than " + std::to_string(shm::kMaxHistogramBuckets) + " bucket bounds";
@@ -207,7 +220,13 @@ int registration_failed(Status status, const char* kind, const char* family) {
   if (status == Status::kClosed) return fail(status);
   std::string message = std::string("cannot register ") + kind + " '" + family + "': ";
   if (status == Status::kRegistryFull) {
-    message += "the cumulative block is full (series, bucket bounds or value words)";
+    message += "the cumulative block is full (series, bucket bounds, value words or text bytes)";
+  } else if (status == Status::kNoSpace) {
+    message +=
+        "the shm directory has no room for its pages (the segment grows as series are registered; free "
+        "space or enlarge the shm directory, a later registration is tried again)";
+  } else if (status == Status::kIo) {
+    message += "out of memory or I/O error while reserving its pages";
   } else {
     message += "invalid family name, labels, bucket bounds or mode";
   }
@@ -305,6 +324,8 @@ int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry*
       if (geometry->series_capacity != 0) g.series_capacity = geometry->series_capacity;
       if (geometry->bounds_capacity != 0) g.bounds_capacity = geometry->bounds_capacity;
       if (geometry->values_capacity != 0) g.values_capacity = geometry->values_capacity;
+      if (geometry->struct_size >= kGeometryWithTextBytes && geometry->text_capacity != 0)
+        g.text_capacity = geometry->text_capacity;
     }
     if (permissions != nullptr) {
       if (permissions->mode != 0) options.mode = permissions->mode;
@@ -462,12 +483,18 @@ int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_
   try {
     if (reporter == nullptr) return fail(Status::kClosed);
     if (spec == nullptr || out_id == nullptr || spec->family == nullptr ||
-        spec->struct_size < sizeof(rankstat_series_spec) ||
-        (spec->bound_count != 0 && spec->bounds == nullptr)) {
+        spec->struct_size < kSeriesSpecV1Bytes || (spec->bound_count != 0 && spec->bounds == nullptr)) {
       return fail(
           Status::kInvalidArgument,
           "rankstat_register_series: spec (with struct_size set), its family, out_id and bounds (when "
           "bound_count > 0) must not be NULL");
+    }
+    const bool lengths = (spec->flags & RANKSTAT_SERIES_TEXT_LENGTHS) != 0;
+    if (lengths && spec->struct_size < kSeriesSpecLengthsBytes) {
+      return fail_with(Status::kInvalidArgument,
+                       "rankstat_register_series: RANKSTAT_SERIES_TEXT_LENGTHS needs a struct_size of " +
+                           std::to_string(kSeriesSpecLengthsBytes) + ", got " +
+                           std::to_string(spec->struct_size));
     }
     if (spec->kind < RANKSTAT_KIND_COUNTER || spec->kind > RANKSTAT_KIND_SUMMARY) {
       return fail(Status::kInvalidArgument, "rankstat_register_series: kind must be a RANKSTAT_KIND_* value");
@@ -479,7 +506,17 @@ int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_
       return fail(Status::kInvalidArgument, "rankstat_register_series: only histograms have bucket bounds");
     }
     shm::LabelPairs labels;
-    if (!read_labels(spec->label_count, spec->label_names, spec->label_values, labels)) {
+    std::string_view family = spec->family;
+    std::string_view help = spec->help != nullptr ? std::string_view(spec->help) : std::string_view();
+    if (lengths) {
+      if ((spec->help == nullptr && spec->help_length != 0) ||
+          !read_sized_labels(spec->label_count, spec->label_names, spec->label_values,
+                             spec->label_name_lengths, spec->label_value_lengths, labels)) {
+        return fail(Status::kInvalidArgument, "label names, values, their lengths or help are NULL");
+      }
+      family = std::string_view(spec->family, spec->family_length);
+      help = spec->help != nullptr ? std::string_view(spec->help, spec->help_length) : std::string_view();
+    } else if (!read_labels(spec->label_count, spec->label_names, spec->label_values, labels)) {
       return fail(Status::kInvalidArgument, "label names or values are NULL");
     }
     rankstat::Reporter::SeriesSpec s;
@@ -487,18 +524,17 @@ int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_
     s.mode = static_cast<shm::GaugeMode>(
         static_cast<std::uint8_t>(spec->kind == RANKSTAT_KIND_GAUGE ? spec->mode : 0));
     s.flags = spec->flags & RANKSTAT_SERIES_OWN_LABELS_ONLY;
-    s.family = spec->family;
-    s.help = spec->help != nullptr ? std::string_view(spec->help) : std::string_view();
+    s.family = family;
+    s.help = help;
     s.labels = &labels;
     s.bounds = std::span<const double>(spec->bounds, spec->bound_count);
     const Status status = reporter->reporter.register_series(s, *out_id);
     if (status == Status::kOk) return RANKSTAT_OK;
     if (status == Status::kInvalidArgument) {
       const std::string why = invalid_series_reason(s.kind, s.family, s.help, labels, s.bounds);
-      if (!why.empty())
-        return fail_with(status, std::string("cannot register '") + spec->family + "': " + why);
+      if (!why.empty()) return fail_with(status, "cannot register '" + std::string(family) + "': " + why);
     }
-    return registration_failed(status, "series", spec->family);
+    return registration_failed(status, "series", std::string(family).c_str());
   } catch (...) {
     return internal_error();
   }
@@ -558,6 +594,15 @@ int rankstat_counter_add(rankstat_reporter* reporter, uint32_t id, double delta)
   try {
     if (reporter == nullptr) return fail(Status::kClosed);
     return result(reporter->reporter.counter_add(id, delta));
+  } catch (...) {
+    return internal_error();
+  }
+}
+
+int rankstat_counter_reset(rankstat_reporter* reporter, uint32_t id) {
+  try {
+    if (reporter == nullptr) return fail(Status::kClosed);
+    return result(reporter->reporter.counter_reset(id));
   } catch (...) {
     return internal_error();
   }

@@ -49,6 +49,8 @@ Status status_from_register(shm::RegisterStatus status) {
       return Status::kOk;
     case shm::RegisterStatus::kInvalid:
       return Status::kInvalidArgument;
+    case shm::RegisterStatus::kNoSpace:
+      return Status::kNoSpace;
     case shm::RegisterStatus::kFull:
       break;
   }
@@ -191,8 +193,11 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
     shm::SegmentHeader* header = file_.header();
     ring_ = shm::RingWriter(header, file_.bytes() + header->ring_offset, header->ring_bytes,
                             header->max_record_bytes);
+    // The writer reserves the block's pages as registrations fill them (created.space): a segment
+    // costs what its series use.
     cumulative_ = shm::CumulativeWriter(
-        shm::cumulative_region(file_.bytes() + header->cumulative_offset, options.geometry.cumulative()));
+        shm::cumulative_region(file_.bytes() + header->cumulative_offset, options.geometry.cumulative()),
+        created.space);
     return Status::kOk;
   } catch (...) {
     // Out of memory. A segment already published is retired (closed and unlinked) so the daemon does
@@ -313,9 +318,16 @@ Status Reporter::check_distribution(std::uint32_t id) const noexcept {
 
 Status Reporter::counter_add(std::uint32_t id, double delta) noexcept {
   if (const Status status = check_series(id, shm::SeriesKind::kCounter); status != Status::kOk) return status;
-  // Prometheus counters never decrease; NaN would poison the total for the rest of the process.
-  if (!(delta >= 0)) return Status::kInvalidArgument;
+  // Prometheus counters never decrease. NaN is taken, as prometheus_client takes it (NaN < 0 is false):
+  // the total is NaN from then on, until Counter.reset().
+  if (delta < 0) return Status::kInvalidArgument;
   cumulative_.counter_add(id, delta);
+  return Status::kOk;
+}
+
+Status Reporter::counter_reset(std::uint32_t id) noexcept {
+  if (const Status status = check_series(id, shm::SeriesKind::kCounter); status != Status::kOk) return status;
+  cumulative_.counter_reset(id);
   return Status::kOk;
 }
 

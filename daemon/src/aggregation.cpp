@@ -7,10 +7,40 @@
 #include <iterator>
 #include <limits>
 
+#include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
 #include "text_exposition.hpp"
 
 namespace rankstat {
+
+FamilyDeclaration FamilyDeclaration::of(const shm::SeriesInfo& info) {
+  FamilyDeclaration d;
+  d.kind = info.kind;
+  if (info.kind == shm::SeriesKind::kGauge) d.mode = info.gauge_mode;
+  if (info.kind == shm::SeriesKind::kHistogram) d.bounds = info.bounds;
+  return d;
+}
+
+std::string describe_declaration(const FamilyDeclaration& declaration) {
+  switch (declaration.kind) {
+    case shm::SeriesKind::kCounter:
+      return "counter";
+    case shm::SeriesKind::kGauge:
+      return "gauge (multiprocess_mode " + std::string(shm::gauge_mode_name(declaration.mode)) + ")";
+    case shm::SeriesKind::kSummary:
+      return "summary";
+    case shm::SeriesKind::kHistogram: {
+      std::string out = "histogram with buckets [";
+      for (const double bound : declaration.bounds) {
+        exposition::append_client_value(out, bound);
+        out += ", ";
+      }
+      return out + "+Inf]";
+    }
+  }
+  return "unknown kind " + std::to_string(static_cast<int>(declaration.kind));
+}
+
 namespace {
 
 using prometheus::MetricType;
@@ -359,7 +389,8 @@ double without_rounding_regress(double value, double& last) {
 
 }  // namespace
 
-void FamilySet::render_series(std::string& out, const std::string& name, MetricType type, Series& s) {
+void FamilySet::render_series(std::string& out, const std::string& name, MetricType type, Series& s,
+                              SeriesPart part) {
   constexpr auto kDialect = exposition::Dialect::kPrometheusClient;
   // The heads depend on the name, labels, output type and (histograms) the bounds only: rendered once.
   const bool histogram = type == MetricType::Histogram;
@@ -370,23 +401,27 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
     if (type == MetricType::Gauge || type == MetricType::Counter) {
       exposition::append_head(s.heads, name, {}, s.labels, {}, {}, kDialect);
       mark();
-    } else {
+    } else if (!histogram) {
       exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect);
       mark();
       exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect);
       mark();
-      if (histogram) {
-        std::string bound;
-        for (const double b : s.bounds) {
-          bound.clear();
-          exposition::append_client_value(bound, b);
-          exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound, kDialect);
-          mark();
-        }
-        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf", kDialect);
+    } else {
+      // prometheus_client's multiprocess order: _sum, then the buckets and _count.
+      exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect);
+      mark();
+      std::string bound;
+      for (const double b : s.bounds) {
+        bound.clear();
+        exposition::append_client_value(bound, b);
+        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound, kDialect);
         mark();
-        s.head_bounds = s.bounds;
       }
+      exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf", kDialect);
+      mark();
+      exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect);
+      mark();
+      s.head_bounds = s.bounds;
     }
     s.head_type = static_cast<int>(type);
   }
@@ -409,21 +444,30 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
       put_head();
       put_value(without_rounding_regress(s.value, s.exported_total));
       break;
-    case MetricType::Summary:
-    case MetricType::Histogram: {
+    case MetricType::Summary: {
       std::uint64_t total = 0;
       for (const std::uint64_t c : s.counts) total += c;
       put_head();
       put_value(static_cast<double>(total));
       put_head();
       put_value(without_rounding_regress(s.sum, s.exported_sum));
-      if (type == MetricType::Summary) break;
+      break;
+    }
+    case MetricType::Histogram: {
+      if (part != SeriesPart::kHistogramRest) {
+        put_head();
+        put_value(without_rounding_regress(s.sum, s.exported_sum));
+      }
+      if (part == SeriesPart::kHistogramSum) break;
+      head = 1;
       std::uint64_t cumulative = 0;
       for (const std::uint64_t c : s.counts) {
         cumulative += c;
         put_head();
         put_value(static_cast<double>(cumulative));
       }
+      put_head();
+      put_value(static_cast<double>(cumulative));
       break;
     }
     default:
@@ -449,6 +493,9 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
     }
     bool written = false;
     bool dropped = false;
+    // A histogram family is written as prometheus_client's multiprocess collector writes it: every
+    // series' _sum first, then each series' buckets and _count.
+    const bool histogram = type == MetricType::Histogram;
     for (Series* s : f.ordered) {
       if (s->round != round_) {
         dropped = true;
@@ -458,7 +505,13 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
         if (!written)
           exposition::append_family_header(out, name, f.help, type, exposition::Dialect::kPrometheusClient);
         written = true;
-        render_series(out, name, type, *s);
+        render_series(out, name, type, *s, histogram ? SeriesPart::kHistogramSum : SeriesPart::kAll);
+      }
+    }
+    if (histogram) {
+      for (Series* s : f.ordered) {
+        if (s->round == round_ && s->has_value)
+          render_series(out, name, type, *s, SeriesPart::kHistogramRest);
       }
     }
     if (dropped) {
@@ -655,6 +708,9 @@ template <typename Visit>
 void for_each_exported_series(const RankSegment& s, bool engine_rule_passed, Visit&& visit) {
   const std::vector<SeriesState>& all = s.series();
   for (std::size_t position = 0; position < all.size(); ++position) {
+    // A series whose family another generation declares otherwise, and wins (SegmentRegistry), is left
+    // out of everything: the scrape, the retired totals, the checkpoints.
+    if (s.series_left_out(position)) continue;
     const bool declared = (all[position].info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
     if (declared || engine_rule_passed) visit(position, all[position]);
   }
@@ -669,6 +725,7 @@ void for_each_exported_integral(const RankSegment& s, bool engine_rule_passed, V
     const IntegratedGauge& g = all[position];
     if (!g.track.has_value()) continue;
     const SeriesState* series = g.field == nullptr ? &s.series()[g.series_position] : nullptr;
+    if (series != nullptr && s.series_left_out(g.series_position)) continue;
     const bool declared = series != nullptr && (series->info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
     if (declared || engine_rule_passed) visit(position, g, series);
   }
@@ -764,7 +821,6 @@ void collect_integrals(const RankSegment& s, const Labels& base, const Contribut
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
                             FamilySet& out) {
   for (const RankSegment* s : generations) {
-    if (s->schema_conflict()) continue;
     const bool engine_rule_passed = exports_engine_metrics(s->identity());
     const Labels base = identity_labels(s->identity(), options.instance_label);
     Contributor from;
@@ -787,7 +843,6 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
 CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& instance_label,
                                    CumulativeLabels* cache) {
   CumulativeTotals out;
-  if (s.schema_conflict()) return out;  // never exported: nothing to keep either
   const bool engine_rule_passed = exports_engine_metrics(s.identity());
   CumulativeLabels local;
   CumulativeLabels& known = cache != nullptr ? *cache : local;
@@ -830,6 +885,64 @@ CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& inst
                                 series != nullptr ? labels_of(g.series_position) : base, g.track.integral()});
       });
   return out;
+}
+
+bool refresh_cumulative_totals(const RankSegment& s, CumulativeTotals& totals, bool& changed) {
+  const bool engine_rule_passed = exports_engine_metrics(s.identity());
+  std::size_t counter = 0;
+  std::size_t histogram = 0;
+  bool same = true;
+  // The same walk as cumulative_totals(): series counters and histograms in series order, then integrals.
+  for_each_exported_series(s, engine_rule_passed, [&](std::size_t, const SeriesState& series) {
+    if (!same) return;
+    switch (series.info.kind) {
+      case shm::SeriesKind::kCounter: {
+        if (counter >= totals.counters.size() || totals.counters[counter].family != series.info.family) {
+          same = false;
+          return;
+        }
+        double& value = totals.counters[counter++].value;
+        if (value != series.value.value) {
+          value = series.value.value;
+          changed = true;
+        }
+        break;
+      }
+      case shm::SeriesKind::kHistogram:
+      case shm::SeriesKind::kSummary: {
+        if (!histogram_complete(series)) break;
+        if (histogram >= totals.histograms.size() ||
+            totals.histograms[histogram].family != series.info.family ||
+            totals.histograms[histogram].counts.size() != series.value.counts.size()) {
+          same = false;
+          return;
+        }
+        CumulativeTotals::Histogram& h = totals.histograms[histogram++];
+        if (h.sum != series.value.sum || h.counts != series.value.counts) {
+          h.sum = series.value.sum;
+          std::copy(series.value.counts.begin(), series.value.counts.end(), h.counts.begin());
+          changed = true;
+        }
+        break;
+      }
+      case shm::SeriesKind::kGauge:
+        break;
+    }
+  });
+  for_each_exported_integral(
+      s, engine_rule_passed, [&](std::size_t, const IntegratedGauge& g, const SeriesState*) {
+        if (!same) return;
+        if (counter >= totals.counters.size() || totals.counters[counter].family != g.integral_name) {
+          same = false;
+          return;
+        }
+        double& value = totals.counters[counter++].value;
+        if (value != g.track.integral()) {
+          value = g.track.integral();
+          changed = true;
+        }
+      });
+  return same && counter == totals.counters.size() && histogram == totals.histograms.size();
 }
 
 }  // namespace rankstat

@@ -30,6 +30,22 @@ namespace rankstat {
 
 using Labels = std::vector<prometheus::ClientMetric::Label>;
 
+// What every generation that exports a family must agree on for its series to be summed into one family:
+// the type, a gauge's multiprocess mode, a histogram's bucket bounds. Generations that disagree are
+// resolved per family by SegmentRegistry (the newest live declaration wins, docs/semantics.md); the other
+// families of a losing generation are served as usual.
+struct FamilyDeclaration {
+  shm::SeriesKind kind = shm::SeriesKind::kCounter;
+  shm::GaugeMode mode = shm::GaugeMode::kSum;  // a gauge's; kSum for the other kinds
+  std::vector<double> bounds;                  // a histogram's, without +Inf; empty for the other kinds
+  bool operator==(const FamilyDeclaration&) const = default;
+  static FamilyDeclaration of(const shm::SeriesInfo& info);
+  static FamilyDeclaration gauge(shm::GaugeMode mode) { return {shm::SeriesKind::kGauge, mode, {}}; }
+};
+// In words, for a log line: "counter", "gauge (multiprocess_mode livesum)", "histogram with buckets
+// [0.1, 1.0, +Inf]", "summary".
+std::string describe_declaration(const FamilyDeclaration& declaration);
+
 // Who contributed a sample: decides live* membership, the pid label, mostrecent ties, and which engine
 // instance owns a series (two instances never share one: see FamilySet::collisions()).
 struct Contributor {
@@ -179,7 +195,11 @@ class FamilySet {
   Series* resolve(Slot* slot, std::uint64_t tag, const std::string& name, std::string_view help,
                   prometheus::MetricType type, shm::GaugeMode mode, const Labels& labels,
                   std::string_view pid_label, const Contributor& from, bool& inserted);
-  void render_series(std::string& out, const std::string& name, prometheus::MetricType type, Series& s);
+  // Which samples of a series to write: all of them, or a histogram's _sum only / its buckets and _count
+  // only (prometheus_client's multiprocess order writes every _sum of a family before the buckets).
+  enum class SeriesPart { kAll, kHistogramSum, kHistogramRest };
+  void render_series(std::string& out, const std::string& name, prometheus::MetricType type, Series& s,
+                     SeriesPart part = SeriesPart::kAll);
 
   std::map<std::string, Family> families_;
   std::uint64_t conflicts_ = 0;
@@ -232,6 +252,12 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
 // Series with the same labels (mostly a generation's identity labels) share one Labels: built once, and
 // written once by a checkpoint.
 struct CumulativeTotals {
+  // Where a checkpoint writer last found this series' type in its table (RetiredTotals): valid while
+  // the table's epoch is the same, so a series kept from one checkpoint to the next is looked up once.
+  struct TypeMemo {
+    std::uint64_t epoch = 0;  // 0: none
+    std::size_t index = 0;
+  };
   struct Counter {
     std::string family;
     std::string help;
@@ -249,6 +275,11 @@ struct CumulativeTotals {
   };
   std::vector<Counter> counters;
   std::vector<Histogram> histograms;
+  // By position in counters and histograms (a checkpoint writer sizes them): types and label sets.
+  mutable std::vector<TypeMemo> counter_types;
+  mutable std::vector<TypeMemo> histogram_types;
+  mutable std::vector<TypeMemo> counter_labels;
+  mutable std::vector<TypeMemo> histogram_labels;
 };
 // The labels cumulative_totals() builds for one generation, kept by a caller that calls it again (before
 // every scrape): a published series never changes, so its labels are built once, and the same objects let
@@ -261,5 +292,10 @@ struct CumulativeLabels {
 // labels from the previous call, or null.
 CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& instance_label,
                                    CumulativeLabels* cache = nullptr);
+// Brings `totals`, an earlier cumulative_totals() of the same generation, up to date in place (values
+// only: no label, family or help is built again) and sets `changed` if a value moved. False if the
+// generation now contributes other series (a new series, an integral's first value, a family left out):
+// `totals` must then be built again.
+bool refresh_cumulative_totals(const RankSegment& s, CumulativeTotals& totals, bool& changed);
 
 }  // namespace rankstat

@@ -56,18 +56,7 @@ http::ServerOptions server_options(const Config& c, const http::WebConfig& web) 
 }
 
 HttpCounters server_counters(const http::Server& server) {
-  HttpCounters c;
-  c.requests_total = server.requests_total();
-  c.connections_rejected_total = server.connections_rejected_total();
-  c.active_connections = server.active_connections();
-  c.bad_requests_total = server.bad_requests_total();
-  c.connections_refused_per_peer_total = server.connections_refused_per_peer_total();
-  c.connections_evicted_idle_total = server.connections_evicted_idle_total();
-  c.connections_evicted_reading_headers_total = server.connections_evicted_reading_headers_total();
-  c.connections_evicted_reading_body_total = server.connections_evicted_reading_body_total();
-  c.header_timeouts_total = server.header_timeouts_total();
-  c.tls_handshake_failures_total = server.tls_handshake_failures_total();
-  return c;
+  return server.counters();
 }
 
 void write_address_file(const std::string& path, const std::string& address) {

@@ -220,8 +220,10 @@ bool RankSegment::read_cumulative() {
   std::uint64_t invalid = 0;
   std::uint64_t over_limit = 0;
   std::uint32_t published = 0;
+  shm::CumulativeReader::Refused refused;
   const bool read = read_guarded([&] {
     published = cumulative_.published_series();
+    refused = cumulative_.refused_registrations();
     for (std::uint32_t i = descriptors_seen_; i < published; ++i) {
       if (series_.size() + fresh.size() >= max_series_) {
         over_limit += published - i;
@@ -243,6 +245,7 @@ bool RankSegment::read_cumulative() {
   if (!read) return false;
   invalid_series_ += invalid;
   series_over_limit_ += over_limit;
+  refused_ = refused;
   descriptors_seen_ = std::max(descriptors_seen_, published);
   integrals_.cover_descriptors(descriptors_seen_);
   for (std::size_t f = 0; f < fresh.size(); ++f) {

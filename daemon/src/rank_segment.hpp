@@ -2,6 +2,7 @@
 // cumulative series and liveness. Owned and used only by the daemon's io thread (not thread-safe).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -154,10 +155,17 @@ class RankSegment {
   std::uint64_t heartbeat_at_state_change() const { return heartbeat_at_state_change_; }
 
   bool ring_corrupt() const { return faults_.ring() != SegmentFault::kNone; }
-  // Set when one of the segment's families disagrees with the type or mode other ranks gave it: the
-  // whole segment is then left out of the exposition (and counted), never merged half-way.
-  bool schema_conflict() const { return schema_conflict_; }
-  void mark_schema_conflict() { schema_conflict_ = true; }
+  // Series of a family that another generation declares with another type, mode or buckets, and that
+  // lost (SegmentRegistry::resolve_declarations): left out of the scrape, the retired totals and the
+  // checkpoints; this generation's other families are served as usual. By position in series().
+  bool series_left_out(std::size_t position) const {
+    return position < left_out_.size() && left_out_[position] != 0;
+  }
+  std::size_t series_left_out_count() const { return left_out_count_; }
+  void set_series_left_out(std::vector<std::uint8_t> left_out) {
+    left_out_ = std::move(left_out);
+    left_out_count_ = static_cast<std::size_t>(std::count(left_out_.begin(), left_out_.end(), 1));
+  }
   // Set once the generation's cumulative series are in the retired totals (SegmentRegistry::fold, when
   // it can count no more): the scrape then takes only its gauges from it, until it is retired.
   bool folded() const { return folded_; }
@@ -172,6 +180,9 @@ class RankSegment {
   // Gauge update records drained (one per set of a gauge declared through the metric classes).
   std::uint64_t gauge_updates() const { return gauge_updates_; }
   std::uint64_t invalid_series() const { return invalid_series_; }
+  // Registrations the writer refused (no room in the shm directory, block full, invalid), as its
+  // cumulative header counts them at the last refresh.
+  const shm::CumulativeReader::Refused& refused_registrations() const { return refused_; }
   // At most `limit` series are read from this generation; descriptors beyond it are skipped and counted
   // (series_over_limit) so one rank cannot make the daemon allocate without bound.
   void set_max_series(std::uint32_t limit) { max_series_ = limit; }
@@ -218,13 +229,15 @@ class RankSegment {
   mutable FaultLatch faults_;
   mutable shm::ProducerState last_producer_{};
   std::vector<shm::SeriesValue> staging_;  // refresh_cumulative reads here first, commits if no fault
-  bool schema_conflict_ = false;
+  std::vector<std::uint8_t> left_out_;     // by series position; 1: left out
+  std::size_t left_out_count_ = 0;
   bool folded_ = false;
   std::uint64_t records_drained_ = 0;
   std::uint64_t sequence_gaps_ = 0;
   std::uint64_t malformed_records_ = 0;
   std::uint64_t gauge_updates_ = 0;
   std::uint64_t invalid_series_ = 0;
+  shm::CumulativeReader::Refused refused_;
   std::uint32_t max_series_ = 100000;
   std::uint64_t series_over_limit_ = 0;
   RankIntegrals integrals_;

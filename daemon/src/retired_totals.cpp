@@ -164,6 +164,162 @@ void append_json_number(std::string& out, Number value) {
   out.append(digits, end);
 }
 
+// A label set as the checkpoint writes it; empty when a name or value is not UTF-8.
+std::string checkpoint_labels_text(const Labels& labels) {
+  std::string json = "[";
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (!shm::is_valid_utf8(labels[i].name) || !shm::is_valid_utf8(labels[i].value)) return {};
+    json.append(i == 0 ? "[" : ",[");
+    append_json_string(json, labels[i].name);
+    json.push_back(',');
+    append_json_string(json, labels[i].value);
+    json.push_back(']');
+  }
+  json.push_back(']');
+  return json;
+}
+
+}  // namespace
+
+// The "types" table of the checkpoint, kept across checkpoints: a type keeps its index, so a series kept
+// from one checkpoint to the next (SegmentRegistry keeps them) finds it through its TypeMemo without a
+// lookup by content. Entries no longer used are written too (the reader ignores them) until the table
+// is started over under a new epoch, when it holds many more types than a checkpoint uses.
+struct RetiredTotals::CheckpointTypes {
+  struct Key {
+    std::string family;
+    std::string help;
+    int kind = 0;
+    std::vector<double> bounds;
+  };
+  struct View {
+    std::string_view family;
+    std::string_view help;
+    int kind = 0;
+    std::span<const double> bounds;
+  };
+  struct Less {
+    using is_transparent = void;
+    static View view(const Key& k) { return {k.family, k.help, k.kind, k.bounds}; }
+    static const View& view(const View& v) { return v; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const View& x = view(a);
+      const View& y = view(b);
+      if (x.family != y.family) return x.family < y.family;
+      if (x.help != y.help) return x.help < y.help;
+      if (x.kind != y.kind) return x.kind < y.kind;
+      return std::lexicographical_compare(x.bounds.begin(), x.bounds.end(), y.bounds.begin(), y.bounds.end());
+    }
+  };
+  static std::uint64_t next_epoch() {
+    static std::uint64_t epochs = 0;  // io thread only, like everything here
+    return ++epochs;
+  }
+  std::uint64_t epoch = next_epoch();
+  std::map<Key, std::size_t, Less> index;
+  std::string text;
+  std::size_t count = 0;
+  // Per index: the last checkpoint that used it; a checkpoint's number.
+  std::vector<std::uint64_t> used_in;
+  std::uint64_t checkpoint = 0;
+  std::size_t used_last = 0;  // distinct types the previous checkpoint used
+  // The "label_sets" table, the same way: by identity (CumulativeLabels keeps the same objects from one
+  // checkpoint to the next); holding the labels keeps their address from being reused by others.
+  struct LabelEntry {
+    std::shared_ptr<const Labels> labels;
+    std::size_t index = 0;
+  };
+  std::unordered_map<const Labels*, LabelEntry> label_index;
+  std::string label_text;
+  std::size_t label_count = 0;
+  std::vector<std::uint64_t> label_used_in;
+  std::size_t labels_used_last = 0;
+
+  // Before a checkpoint is written: starts both tables over when most of one is unused.
+  void begin() {
+    if (count > 2 * used_last + 256 || label_count > 2 * labels_used_last + 256) {
+      index.clear();
+      text.clear();
+      count = 0;
+      used_in.clear();
+      label_index.clear();
+      label_text.clear();
+      label_count = 0;
+      label_used_in.clear();
+      epoch = next_epoch();
+    }
+    ++checkpoint;
+    used_last = 0;
+    labels_used_last = 0;
+  }
+  std::size_t find_labels(const std::shared_ptr<const Labels>& labels, CumulativeTotals::TypeMemo& memo,
+                          std::size_t refused) {
+    if (memo.epoch != epoch) {
+      auto [it, inserted] = label_index.try_emplace(labels.get());
+      if (inserted) {
+        it->second.labels = labels;
+        const std::string json = checkpoint_labels_text(*labels);
+        if (json.empty()) {
+          it->second.index = refused;
+        } else {
+          it->second.index = label_count++;
+          if (it->second.index != 0) label_text.push_back(',');
+          label_text.append(json);
+          label_used_in.push_back(0);
+        }
+      }
+      memo = {epoch, it->second.index};
+    }
+    if (memo.index != refused && label_used_in[memo.index] != checkpoint) {
+      label_used_in[memo.index] = checkpoint;
+      ++labels_used_last;
+    }
+    return memo.index;
+  }
+  std::size_t find(std::string_view family, std::string_view help, int kind, std::span<const double> bounds,
+                   CumulativeTotals::TypeMemo& memo, std::size_t refused) {
+    std::size_t at = memo.index;
+    if (memo.epoch != epoch) {
+      auto it = index.find(View{family, help, kind, bounds});
+      if (it == index.end()) {
+        at = refused;
+        const bool finite =
+            std::all_of(bounds.begin(), bounds.end(), [](double b) { return std::isfinite(b); });
+        if (finite && shm::is_valid_utf8(family) && shm::is_valid_utf8(help)) {
+          at = count++;
+          text.append(at == 0 ? "[" : ",[");
+          append_json_string(text, family);
+          text.push_back(',');
+          append_json_string(text, help);
+          text.push_back(',');
+          append_json_number(text, kind);
+          text.append(",[");
+          for (std::size_t i = 0; i < bounds.size(); ++i) {
+            if (i != 0) text.push_back(',');
+            append_json_number(text, bounds[i]);
+          }
+          text.append("]]");
+          used_in.push_back(0);
+        }
+        it = index
+                 .emplace(Key{std::string(family), std::string(help), kind, {bounds.begin(), bounds.end()}},
+                          at)
+                 .first;
+      }
+      at = it->second;
+      memo = {epoch, at};
+    }
+    if (at != refused && used_in[at] != checkpoint) {
+      used_in[at] = checkpoint;
+      ++used_last;
+    }
+    return at;
+  }
+};
+
+namespace {
+
 // The "types" and "label_sets" tables of a checkpoint: each series type (family, help, kind, bounds) and
 // each label set is written once and referred to by its index.
 class CheckpointTables {
@@ -171,9 +327,22 @@ class CheckpointTables {
   static constexpr std::size_t kRefused = static_cast<std::size_t>(-1);  // not UTF-8 or not finite
 
   // `written`: the label sets the previous checkpoint wrote; replaced by those this one writes (finish).
-  explicit CheckpointTables(RetiredTotals::WrittenLabelSets& written) : written_(written) {}
+  CheckpointTables(RetiredTotals::WrittenLabelSets& written, RetiredTotals::CheckpointTypes* types)
+      : written_(written), persistent_types_(types) {
+    if (persistent_types_ != nullptr) persistent_types_->begin();
+  }
 
   // kind: 0 counter, 1 histogram, 2 summary.
+  std::size_t type(std::string_view family, std::string_view help, int kind, std::span<const double> bounds,
+                   CumulativeTotals::TypeMemo& memo) {
+    if (persistent_types_ != nullptr)
+      return persistent_types_->find(family, help, kind, bounds, memo, kRefused);
+    return type(family, help, kind, bounds);
+  }
+  std::size_t label_set(const std::shared_ptr<const Labels>& labels, CumulativeTotals::TypeMemo& memo) {
+    if (persistent_types_ != nullptr) return persistent_types_->find_labels(labels, memo, kRefused);
+    return label_set(labels);
+  }
   std::size_t type(std::string_view family, std::string_view help, int kind, std::span<const double> bounds) {
     auto [it, inserted] = types_index_.try_emplace(Type{family, help, kind, bounds}, kRefused);
     if (!inserted) return it->second;
@@ -215,7 +384,11 @@ class CheckpointTables {
   }
 
   void finish(std::string& out) {
-    out.append(",\"types\":[").append(types_).append("],\"label_sets\":[").append(label_sets_).push_back(']');
+    out.append(",\"types\":[")
+        .append(persistent_types_ != nullptr ? persistent_types_->text : types_)
+        .append("],\"label_sets\":[")
+        .append(persistent_types_ != nullptr ? persistent_types_->label_text : label_sets_)
+        .push_back(']');
     written_ = std::move(next_);
   }
 
@@ -232,22 +405,10 @@ class CheckpointTables {
       return std::lexicographical_compare(bounds.begin(), bounds.end(), o.bounds.begin(), o.bounds.end());
     }
   };
-  // Empty when a name or value is not UTF-8.
-  static std::string labels_text(const Labels& labels) {
-    std::string json = "[";
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      if (!shm::is_valid_utf8(labels[i].name) || !shm::is_valid_utf8(labels[i].value)) return {};
-      json.append(i == 0 ? "[" : ",[");
-      append_json_string(json, labels[i].name);
-      json.push_back(',');
-      append_json_string(json, labels[i].value);
-      json.push_back(']');
-    }
-    json.push_back(']');
-    return json;
-  }
+  static std::string labels_text(const Labels& labels) { return checkpoint_labels_text(labels); }
 
   RetiredTotals::WrittenLabelSets& written_;
+  RetiredTotals::CheckpointTypes* persistent_types_;  // null: a table of this checkpoint only
   RetiredTotals::WrittenLabelSets next_;
   // Keys view the checkpoints being written, which outlive the tables.
   std::map<Type, std::size_t> types_index_;
@@ -272,7 +433,9 @@ class CheckpointTables {
 // JSON) leaves its entry out rather than making the whole file unreadable.
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string& out, RetiredTotals::WrittenLabelSets& written) : out_(out), tables_(written) {
+  CheckpointWriter(std::string& out, RetiredTotals::WrittenLabelSets& written,
+                   RetiredTotals::CheckpointTypes* types = nullptr)
+      : out_(out), tables_(written, types) {
     out_.clear();
     out_.append("{\"version\":").append(std::to_string(kStateVersion)).append(",\"generations\":[");
   }
@@ -309,9 +472,12 @@ class CheckpointWriter {
   void totals(const CumulativeTotals& totals) {
     out_.append(",\"counters\":[");
     bool first = true;
-    for (const auto& c : totals.counters) {
-      const std::size_t t = tables_.type(c.family, c.help, 0, {});
-      const std::size_t l = tables_.label_set(c.labels);
+    totals.counter_types.resize(totals.counters.size());
+    totals.counter_labels.resize(totals.counters.size());
+    for (std::size_t i = 0; i < totals.counters.size(); ++i) {
+      const CumulativeTotals::Counter& c = totals.counters[i];
+      const std::size_t t = tables_.type(c.family, c.help, 0, {}, totals.counter_types[i]);
+      const std::size_t l = tables_.label_set(c.labels, totals.counter_labels[i]);
       if (t == CheckpointTables::kRefused || l == CheckpointTables::kRefused || !std::isfinite(c.value))
         continue;
       out_.append(std::exchange(first, false) ? "[" : ",[");
@@ -321,9 +487,13 @@ class CheckpointWriter {
     }
     out_.append("],\"histograms\":[");
     first = true;
-    for (const auto& h : totals.histograms) {
-      const std::size_t t = tables_.type(h.family, h.help, h.summary ? 2 : 1, h.bounds);
-      const std::size_t l = tables_.label_set(h.labels);
+    totals.histogram_types.resize(totals.histograms.size());
+    totals.histogram_labels.resize(totals.histograms.size());
+    for (std::size_t j = 0; j < totals.histograms.size(); ++j) {
+      const CumulativeTotals::Histogram& h = totals.histograms[j];
+      const std::size_t t =
+          tables_.type(h.family, h.help, h.summary ? 2 : 1, h.bounds, totals.histogram_types[j]);
+      const std::size_t l = tables_.label_set(h.labels, totals.histogram_labels[j]);
       if (t == CheckpointTables::kRefused || l == CheckpointTables::kRefused || !std::isfinite(h.sum))
         continue;
       out_.append(std::exchange(first, false) ? "[" : ",[");
@@ -518,14 +688,24 @@ void RetiredTotals::fold_unclaimed(const GenerationKey& generation) {
 
 bool RetiredTotals::save_checkpoints(const std::map<GenerationKey, LiveCheckpoint>& live, bool drop_unclaimed,
                                      std::string& error) {
+  std::map<GenerationKey, const LiveCheckpoint*> pointers;
+  for (const auto& [key, checkpoint] : live) pointers.emplace(key, &checkpoint);
+  return save_live_checkpoints(pointers, drop_unclaimed, error);
+}
+
+bool RetiredTotals::save_live_checkpoints(const std::map<GenerationKey, const LiveCheckpoint*>& live,
+                                          bool drop_unclaimed, std::string& error) {
   if (checkpoint_path_.empty()) return true;
   if (drop_unclaimed) {
     std::erase_if(unclaimed_checkpoints_, [](const auto& entry) { return !entry.second.totals.has_value(); });
   }
   std::string text;
   text.reserve(last_checkpoint_text_.size() + last_checkpoint_text_.size() / 8);
-  CheckpointWriter writer(text, written_labels_);
-  for (const auto& [key, checkpoint] : live) writer.generation(key, checkpoint);
+  if (!checkpoint_types_) checkpoint_types_ = std::make_shared<CheckpointTypes>();
+  CheckpointWriter writer(text, written_labels_, checkpoint_types_.get());
+  for (const auto& [key, checkpoint] : live) {
+    if (!checkpoint->integrals.empty() || checkpoint->totals.has_value()) writer.generation(key, *checkpoint);
+  }
   for (const auto& [key, checkpoint] : unclaimed_checkpoints_) {
     if (live.count(key) == 0) writer.generation(key, checkpoint);
   }
@@ -573,6 +753,7 @@ bool RetiredTotals::check_directory(std::string& error) const {
 bool RetiredTotals::load(std::string& error) {
   if (path_.empty()) return true;
   const bool loaded = load_totals(error);
+  rebuild_declarations();
   load_checkpoints();
   return loaded;
 }
@@ -731,10 +912,63 @@ void RetiredTotals::mark_retired(const GenerationKey& generation) {
 
 void RetiredTotals::fold(const GenerationKey& generation, const CumulativeTotals& totals) {
   if (holds(generation)) return;
+  // One declaration per family: the first series of each family in `totals` says which (the caller's
+  // series of one family share it, SegmentRegistry::resolve_declarations).
+  std::set<std::string_view> seen;
+  for (const auto& c : totals.counters) {
+    if (seen.insert(c.family).second) adopt_declaration(generation, c.family, {});
+  }
+  for (const auto& h : totals.histograms) {
+    if (!seen.insert(h.family).second) continue;
+    FamilyDeclaration d;
+    d.kind = h.summary ? shm::SeriesKind::kSummary : shm::SeriesKind::kHistogram;
+    if (!h.summary) d.bounds = h.bounds;
+    adopt_declaration(generation, h.family, d);
+  }
   for (const auto& c : totals.counters) add_counter(generation, c.family, *c.labels, c.value, c.help);
   for (const auto& h : totals.histograms)
     add_histogram(generation, h.family, *h.labels, h.bounds, h.counts, h.sum, h.help, h.summary);
   mark_retired(generation);
+}
+
+void RetiredTotals::adopt_declaration(const GenerationKey& generation, const std::string& family,
+                                      const FamilyDeclaration& declaration) {
+  auto [it, inserted] = declarations_.try_emplace(family, declaration);
+  if (inserted) {
+    ++declarations_version_;
+    return;
+  }
+  if (it->second == declaration) return;
+  // The generation folded now served this family with another declaration, so the retired series of
+  // the old one were no longer served (SegmentRegistry left them out): dropping them takes nothing from
+  // what a scrape showed, and keeps the family summable once the old declaration's generations are gone.
+  ReplacedDeclaration replaced{family, it->second, declaration, generation, 0};
+  const auto drop_family = [&](auto& series) {
+    auto first = series.lower_bound(SeriesKey{family, {}});
+    auto last = first;
+    while (last != series.end() && last->first.first == family) {
+      ++last;
+      ++replaced.series_dropped;
+    }
+    series.erase(first, last);
+  };
+  drop_family(counters_);
+  drop_family(histograms_);
+  it->second = declaration;
+  ++declarations_version_;
+  replaced_.push_back(std::move(replaced));
+}
+
+void RetiredTotals::rebuild_declarations() {
+  declarations_.clear();
+  for (const auto& [key, c] : counters_) declarations_.try_emplace(key.first, FamilyDeclaration{});
+  for (const auto& [key, h] : histograms_) {
+    FamilyDeclaration d;
+    d.kind = h.summary ? shm::SeriesKind::kSummary : shm::SeriesKind::kHistogram;
+    if (!h.summary) d.bounds = h.bounds;
+    declarations_.try_emplace(key.first, std::move(d));
+  }
+  ++declarations_version_;
 }
 
 void RetiredTotals::forget_generations_except(const std::set<GenerationKey>& still_present,
@@ -748,6 +982,7 @@ void RetiredTotals::forget_generations_except(const std::set<GenerationKey>& sti
 void RetiredTotals::add_counter(const GenerationKey& generation, const std::string& family,
                                 const Labels& labels, double value, const std::string& help) {
   if (generations_.count(generation) != 0 || !std::isfinite(value)) return;
+  if (declarations_.try_emplace(family, FamilyDeclaration{}).second) ++declarations_version_;
   Counter& c = counters_[{family, labels}];
   c.value += value;
   if (!help.empty()) c.help = help;
@@ -764,6 +999,10 @@ void RetiredTotals::add_histogram(const GenerationKey& generation, const std::st
     h.bounds = bounds;
     h.counts.assign(counts.size(), 0);
     h.summary = summary;
+    FamilyDeclaration d;
+    d.kind = summary ? shm::SeriesKind::kSummary : shm::SeriesKind::kHistogram;
+    if (!summary) d.bounds = bounds;
+    if (declarations_.try_emplace(family, std::move(d)).second) ++declarations_version_;
   } else if (h.bounds != bounds || h.summary != summary) {
     return;  // the live aggregation counts this conflict; a retired total cannot merge it either
   }
@@ -772,11 +1011,13 @@ void RetiredTotals::add_histogram(const GenerationKey& generation, const std::st
   if (!help.empty()) h.help = help;
 }
 
-void RetiredTotals::contribute(FamilySet& out) const {
+void RetiredTotals::contribute(FamilySet& out, const std::set<std::string>& left_out) const {
   for (const auto& [key, c] : counters_) {
+    if (!left_out.empty() && left_out.count(key.first) != 0) continue;
     out.add_counter(key.first, c.help, key.second, c.value);
   }
   for (const auto& [key, h] : histograms_) {
+    if (!left_out.empty() && left_out.count(key.first) != 0) continue;
     out.add_histogram(key.first, h.help, key.second, h.bounds, h.counts, h.sum, {}, nullptr, 0, h.summary);
   }
 }

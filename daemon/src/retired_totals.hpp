@@ -100,6 +100,11 @@ class RetiredTotals {
   // with integrals only, and those with totals until fold_unclaimed or drop_unclaimed decides on them.
   bool save_checkpoints(const std::map<GenerationKey, LiveCheckpoint>& live, bool drop_unclaimed,
                         std::string& error);
+  // The same, for checkpoints the caller keeps (no copy); empty ones are not written.
+  bool save_live_checkpoints(const std::map<GenerationKey, const LiveCheckpoint*>& live, bool drop_unclaimed,
+                             std::string& error);
+  // Loaded checkpoints no generation has claimed yet (the set only shrinks after load()).
+  std::size_t unclaimed_checkpoints() const { return unclaimed_checkpoints_.size(); }
   // Loaded checkpoints with totals that no opened generation claimed.
   std::vector<GenerationKey> unclaimed_totals() const;
   // Folds an unclaimed checkpoint's totals (its generation is gone); the entry stays until
@@ -115,14 +120,39 @@ class RetiredTotals {
     std::string json;  // empty: not UTF-8, never written
   };
   using WrittenLabelSets = std::unordered_map<const Labels*, WrittenLabels>;
+  // The "types" table of the checkpoint, kept from one checkpoint to the next (defined in the .cpp).
+  struct CheckpointTypes;
 
-  // Adds the retired totals to a family set (help text from the catalog).
-  void contribute(FamilySet& out) const;
+  // Adds the retired totals to a family set (help text from the catalog), except the families in
+  // `left_out` (another declaration of theirs wins in a held generation: SegmentRegistry).
+  void contribute(FamilySet& out, const std::set<std::string>& left_out = {}) const;
+
+  // The one declaration the retired series of each family carry (counter, histogram with its bounds,
+  // summary). fold() keeps it single: a generation folded with another declaration of a family replaces
+  // the family's retired series (their owners declared what no held generation serves any more: the
+  // caller folds only the series it serves), and the replaced declaration is reported once through
+  // take_replaced(). A family whose series are all gone is forgotten.
+  const std::map<std::string, FamilyDeclaration>& declarations() const { return declarations_; }
+  // Changes whenever declarations() changes.
+  std::uint64_t declarations_version() const { return declarations_version_; }
+  struct ReplacedDeclaration {
+    std::string family;
+    FamilyDeclaration before;
+    FamilyDeclaration after;
+    GenerationKey by;
+    std::size_t series_dropped = 0;
+  };
+  std::vector<ReplacedDeclaration> take_replaced() { return std::exchange(replaced_, {}); }
   std::size_t series() const { return counters_.size() + histograms_.size(); }
   std::size_t generations() const { return generations_.size(); }
 
  private:
   bool load_totals(std::string& error);
+  void rebuild_declarations();
+  // Before a fold adds `generation`'s series of `family` declared as `declaration`: replaces the family's
+  // retired series if they carry another declaration.
+  void adopt_declaration(const GenerationKey& generation, const std::string& family,
+                         const FamilyDeclaration& declaration);
   // After load_totals: a checkpoint of a generation the totals already hold is dropped.
   void load_checkpoints();
   struct Counter {
@@ -144,11 +174,15 @@ class RetiredTotals {
   std::map<GenerationKey, LiveCheckpoint> unclaimed_checkpoints_;
   std::string last_checkpoint_text_;  // what the file holds: unchanged values are not written again
   WrittenLabelSets written_labels_;
+  std::shared_ptr<CheckpointTypes> checkpoint_types_;
   std::uint64_t invalid_entries_ = 0;
   std::set<GenerationKey> generations_;
   std::set<GenerationKey> unsaved_;  // marked since the last successful save
   std::map<SeriesKey, Counter> counters_;
   std::map<SeriesKey, Histogram> histograms_;
+  std::map<std::string, FamilyDeclaration> declarations_;
+  std::uint64_t declarations_version_ = 0;
+  std::vector<ReplacedDeclaration> replaced_;
 };
 
 }  // namespace rankstat

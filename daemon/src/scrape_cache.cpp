@@ -90,7 +90,7 @@ void ScrapeCache::render(std::string& body, std::vector<std::size_t>& family_end
   options.integrals = &registry_.integrals();
   collect_engine_metrics(registry_.generations(), options, engine_);
   save_checkpoints();
-  retired_.contribute(engine_);
+  retired_.contribute(engine_, registry_.retired_families_left_out());
   note_drops();
   body.reserve(last_body_bytes_ + last_body_bytes_ / 8);
   // The engine families in prometheus_client's spelling (what engine.finish() gives through

@@ -13,6 +13,7 @@
 
 #include "aggregation.hpp"
 #include "config.hpp"
+#include "http/chunked_gzip.hpp"
 #include "http/http_server.hpp"
 #include "retired_totals.hpp"
 #include "segment_registry.hpp"
@@ -46,7 +47,7 @@ class ScrapeCache {
   SegmentWatch& watch_;
   std::function<HttpCounters()> http_counters_;
   FamilySet engine_;
-  exposition::ChunkedGzip gzip_{1};
+  http::ChunkedGzip gzip_{1};
   std::size_t last_body_bytes_ = 0;
   // The plain body of the last uncompressed scrape, rendered into again once no connection is still
   // sending it: at 32 ranks it is 1.7 MB, which a fresh allocation would page-fault in on every scrape.

@@ -49,7 +49,7 @@ SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired
   for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
     shm::GaugeMode mode = shm::GaugeMode::kMostRecent;
     if (snapshot_field_gauge_mode(field, mode))
-      schema_[snapshot_family_name(field)] = {shm::SeriesKind::kGauge, mode};
+      snapshot_declarations_[snapshot_family_name(field)] = FamilyDeclaration::gauge(mode);
   }
 }
 
@@ -359,6 +359,7 @@ void SegmentRegistry::resolve_checkpoints() {
     // Its successor was renamed over it, or its file removed, while no daemon ran: what the previous
     // daemon last saw of it (at least what Prometheus read) joins the retired totals.
     retired_.fold_unclaimed(key);
+    note_replaced_declarations();
     ++counters_.generations_recovered;
     recovered = true;
     spdlog::info(
@@ -495,8 +496,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
     t.retired_inode = opened.inode;
     t.retired_device = opened.device;
     retired_skipped_.insert(key);
-    if (retired_.persistent() && shm::unlink_if_same_file(opened.file.fd(), path))
-      ++counters_.segments_unlinked;
+    // Accounted for already (in memory, and on disk with --state.dir): the file has nothing left to give.
+    if (shm::unlink_if_same_file(opened.file.fd(), path)) ++counters_.segments_unlinked;
     return;
   }
   const std::uint32_t pid = opened.identity.pid;
@@ -532,7 +533,7 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   checkpoint_due_ = true;
   segment->refresh_cumulative();
   note_faults(*segment, now_ns);
-  check_schema(*segment);
+  resolve_declarations(segment.get());
   if (t.pid_visible && !segment->producer().closed) {
     const shm::ProcessStart probe = shm::probe_process_start(pid);
     const bool gone = probe.status == shm::ProcessStart::Status::kGone ||
@@ -561,21 +562,150 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   t.current = std::move(segment);
 }
 
-void SegmentRegistry::check_schema(RankSegment& segment) {
-  if (segment.schema_conflict()) return;
-  for (const SeriesState& s : segment.series()) {
-    const std::pair<shm::SeriesKind, shm::GaugeMode> mine{
-        s.info.kind, s.info.kind == shm::SeriesKind::kGauge ? s.info.gauge_mode : shm::GaugeMode::kSum};
-    auto [it, inserted] = schema_.try_emplace(s.info.family, mine);
-    if (inserted || it->second == mine) continue;
-    segment.mark_schema_conflict();
-    ++counters_.schema_conflicts;
-    spdlog::error(
-        "segment {} rejected: family {} is a {} (mode {}) here but a {} (mode {}) in other ranks; fix "
-        "the engine so every rank declares it the same way",
-        segment.name(), s.info.family, static_cast<int>(mine.first), static_cast<int>(mine.second),
-        static_cast<int>(it->second.first), static_cast<int>(it->second.second));
-    return;
+namespace {
+
+// The order in which declarations of one family win: the newest live declaration first (see
+// resolve_declarations). A total order over distinct generations.
+bool outranks(const RankSegment& a, const RankSegment& b) {
+  if (is_live(a.state()) != is_live(b.state())) return is_live(a.state());
+  const std::uint64_t a_start = a.identity().created_monotonic_ns;
+  const std::uint64_t b_start = b.identity().created_monotonic_ns;
+  if (a_start != b_start) return a_start > b_start;
+  if (a.name() != b.name()) return a.name() < b.name();
+  return a.identity().generation > b.identity().generation;
+}
+
+// Whether the scrape takes `series` from its generation at all (the engine-level rule of
+// for_each_exported_series): a series nobody serves declares nothing.
+bool exported(bool engine_rule_passed, const SeriesState& series) {
+  return engine_rule_passed || (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
+}
+
+std::string describe_segment(const RankSegment& s) {
+  return "segment " + s.name() + " (pid " + std::to_string(s.identity().pid) + ", " +
+         std::string(rank_state_name(s.state())) + ")";
+}
+
+}  // namespace
+
+void SegmentRegistry::resolve_declarations(RankSegment* pending) {
+  std::vector<RankSegment*> held;
+  for (auto& [name, t] : tracked_) {
+    if (t.current) held.push_back(t.current.get());
+    for (auto& p : t.previous) held.push_back(p.get());
+  }
+  if (pending != nullptr && std::find(held.begin(), held.end(), pending) == held.end())
+    held.push_back(pending);
+  std::vector<std::tuple<const RankSegment*, std::uint64_t, std::size_t, bool, bool>> inputs;
+  inputs.reserve(held.size());
+  bool snapshot_reported = false;
+  for (const RankSegment* s : held) {
+    inputs.emplace_back(s, s->identity().generation, s->series().size(), is_live(s->state()),
+                        s->scheduler().present);
+    snapshot_reported = snapshot_reported || s->scheduler().present;
+  }
+  if (inputs == resolved_inputs_ && retired_.declarations_version() == resolved_retired_version_) return;
+  resolved_inputs_ = std::move(inputs);
+  resolved_retired_version_ = retired_.declarations_version();
+  ++resolution_version_;
+
+  // The winning declaration of every family some held generation exports, and who declared it (null:
+  // the scheduler snapshot). A generation declares a family by its first exported series of it.
+  struct Claim {
+    FamilyDeclaration declaration;
+    const RankSegment* by = nullptr;
+  };
+  std::map<std::string_view, Claim> winners;
+  if (snapshot_reported) {
+    for (const auto& [family, declaration] : snapshot_declarations_) winners[family] = {declaration, nullptr};
+  }
+  for (const RankSegment* s : held) {
+    const bool engine_rule_passed = exports_engine_metrics(s->identity());
+    std::set<std::string_view> declared;
+    for (const SeriesState& series : s->series()) {
+      if (!exported(engine_rule_passed, series) || !declared.insert(series.info.family).second) continue;
+      auto [it, inserted] = winners.try_emplace(series.info.family);
+      if (inserted) {
+        it->second = {FamilyDeclaration::of(series.info), s};
+      } else if (it->second.by != nullptr && outranks(*s, *it->second.by)) {
+        it->second = {FamilyDeclaration::of(series.info), s};
+      }
+    }
+  }
+
+  std::set<std::tuple<std::string, std::string, std::uint64_t>> current;
+  const auto report = [&](std::tuple<std::string, std::string, std::uint64_t> key, const auto& log) {
+    if (reported_conflicts_.count(key) == 0) {
+      ++counters_.family_conflicts;
+      log();
+    }
+    current.insert(std::move(key));
+  };
+  const auto winner_words = [](const Claim& c) {
+    return c.by == nullptr ? std::string("the scheduler snapshot") : describe_segment(*c.by);
+  };
+  std::uint64_t left_out_total = 0;
+  for (RankSegment* s : held) {
+    const bool engine_rule_passed = exports_engine_metrics(s->identity());
+    const std::vector<SeriesState>& all = s->series();
+    std::vector<std::uint8_t> left_out(all.size(), 0);
+    std::map<std::string_view, std::pair<FamilyDeclaration, std::size_t>> lost;  // family -> (mine, series)
+    for (std::size_t position = 0; position < all.size(); ++position) {
+      const SeriesState& series = all[position];
+      if (!exported(engine_rule_passed, series)) continue;
+      const auto it = winners.find(series.info.family);
+      FamilyDeclaration mine = FamilyDeclaration::of(series.info);
+      if (it == winners.end() || it->second.declaration == mine) continue;
+      left_out[position] = 1;
+      // A folded generation serves its gauges only: its other series are the retired totals' now, whose
+      // declaration is judged (and reported) on its own below.
+      if (s->folded() && series.info.kind != shm::SeriesKind::kGauge) continue;
+      auto [entry, inserted] = lost.try_emplace(series.info.family, std::move(mine), 0);
+      ++entry->second.second;
+    }
+    for (const auto& [family, mine] : lost) {
+      const Claim& winner = winners.at(family);
+      report({std::string(family), s->name(), s->identity().generation}, [&] {
+        spdlog::error(
+            "family {} is declared as {} by {} but as {} by {}; the newest live declaration wins (docs/"
+            "semantics.md): the {} series of {} from {} are left out, its other families are served "
+            "(rankstat_family_conflicts_total)",
+            family, describe_declaration(mine.first), describe_segment(*s),
+            describe_declaration(winner.declaration), winner_words(winner), mine.second, family, s->name());
+      });
+    }
+    std::size_t count = 0;
+    for (const auto& [family, mine] : lost) count += mine.second;
+    left_out_total += count;
+    if (!lost.empty() || s->series_left_out_count() != 0 ||
+        std::find(left_out.begin(), left_out.end(), 1) != left_out.end())
+      s->set_series_left_out(std::move(left_out));
+  }
+  retired_left_out_.clear();
+  for (const auto& [family, declaration] : retired_.declarations()) {
+    const auto it = winners.find(family);
+    if (it == winners.end() || it->second.declaration == declaration) continue;
+    retired_left_out_.insert(family);
+    report({family, "", 0}, [&] {
+      spdlog::error(
+          "family {} is declared as {} by the retired totals of exited generations but as {} by {}; the "
+          "newest live declaration wins: the retired series of {} are left out (and replaced once that "
+          "generation's totals retire) (rankstat_family_conflicts_total)",
+          family, describe_declaration(declaration), describe_declaration(it->second.declaration),
+          winner_words(it->second), family);
+    });
+  }
+  reported_conflicts_ = std::move(current);
+  counters_.family_conflict_series = left_out_total;
+}
+
+void SegmentRegistry::note_replaced_declarations() {
+  for (const RetiredTotals::ReplacedDeclaration& r : retired_.take_replaced()) {
+    spdlog::info(
+        "family {}: the retired totals now carry it as {} (generation {} of {} retired), no longer as {}; "
+        "{} retired series of the old declaration dropped (they were no longer served)",
+        r.family, describe_declaration(r.after), r.by.second, r.by.first, describe_declaration(r.before),
+        r.series_dropped);
   }
 }
 
@@ -685,7 +815,10 @@ void SegmentRegistry::fold(RankSegment& s, std::uint64_t now_ns) {
   // Integrals are counters like the others: folded the same way, so they never go backwards. A DEAD or
   // CLOSED generation's integrals stopped at its writer's last sign of life.
   s.settle_integrals(now_ns);
+  // Only the series the scrape serves move: a family whose declaration lost stays out of the totals too.
+  resolve_declarations(&s);
   retired_.fold({s.name(), s.identity().generation}, cumulative_totals(s, options_.instance_label));
+  note_replaced_declarations();
   s.mark_folded();
   ++counters_.generations_folded;
 }
@@ -711,6 +844,9 @@ bool SegmentRegistry::retire(RankSegment& s) {
   ++counters_.generations_retired;
   retired_series_over_limit_ += s.series_over_limit();
   retired_series_invalid_ += s.invalid_series();
+  retired_refused_.no_space += s.refused_registrations().no_space;
+  retired_refused_.full += s.refused_registrations().full;
+  retired_refused_.other += s.refused_registrations().other;
   if (!persist_retired()) return false;  // the file stays for a restarted daemon to count
   if (s.state() == RankState::kDead && s.producer().heartbeat_ns > s.heartbeat_at_state_change()) {
     // Written after its writer was judged gone: a writer in another pid namespace, whose pid means
@@ -721,7 +857,10 @@ bool SegmentRegistry::retire(RankSegment& s) {
         s.name(), s.identity().pid);
     return false;
   }
-  if (retired_.persistent() && shm::unlink_if_same_file(s.fd(), s.path())) {
+  // Its totals are in the retired totals now (saved, with --state.dir): the file goes, with or without a
+  // state dir, so dead processes do not fill the shm directory. Without --state.dir a daemon restart
+  // loses what the retired totals held (docs/reliability.md).
+  if (shm::unlink_if_same_file(s.fd(), s.path())) {
     ++counters_.segments_unlinked;
     spdlog::info("retired segment {} (pid {}) and removed it", s.name(), s.identity().pid);
     return true;
@@ -768,32 +907,67 @@ void SegmentRegistry::settle_integrals(std::uint64_t now_ns) {
 bool SegmentRegistry::save_checkpoints(std::string& error) {
   checkpoint_due_ = false;
   if (!retired_.persistent()) return true;
-  std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> live;
-  std::map<RetiredTotals::GenerationKey, CumulativeLabels> labels;  // of the generations held now
+  resolve_declarations();  // a checkpoint keeps what the scrape serves
+  // Called before every scrape is answered: what a scrape serves of a held generation (its totals and
+  // integrals) must be on disk first, so that a daemon killed right after the answer, restarted, and
+  // finding the generation gone, serves at least as much (counters never go backwards). The checkpoint
+  // is therefore never skipped because of time, only when it would say nothing new: each generation's
+  // entry is brought up to date in place, and the file is written only if some entry moved, a generation
+  // came or went (or its totals reached the retired totals on disk), or the loaded checkpoints changed.
+  // When nothing moved, the file written last (successfully) already holds every value this scrape
+  // serves, which is what the guarantee needs. A failed write leaves checkpoint_current_ false: the next
+  // call writes again whatever changed.
+  bool changed = !checkpoint_current_;
+  std::map<RetiredTotals::GenerationKey, HeldCheckpoint> held;
   for (const RankSegment* s : generations()) {
     const RetiredTotals::GenerationKey key{s->name(), s->identity().generation};
-    RetiredTotals::LiveCheckpoint checkpoint;
+    auto node = checkpoints_.extract(key);
+    if (node.empty()) changed = true;
+    HeldCheckpoint& entry = node.empty() ? held[key] : held.insert(std::move(node)).position->second;
+    RetiredTotals::LiveCheckpoint& checkpoint = entry.checkpoint;
     for (const IntegratedGauge& g : s->integrated()) {
       if (!g.track.has_value()) continue;
-      checkpoint.integrals[g.checkpoint_key] =
-          IntegralCheckpoint{g.track.integral(), g.track.value(), g.track.integrated_until_ns()};
+      const IntegralCheckpoint now{g.track.integral(), g.track.value(), g.track.integrated_until_ns()};
+      auto [it, inserted] = checkpoint.integrals.try_emplace(g.checkpoint_key, now);
+      if (!inserted && it->second.integral == now.integral && it->second.value == now.value &&
+          it->second.until_ns == now.until_ns)
+        continue;
+      it->second = now;
+      changed = true;
     }
     // Until the retired totals on disk hold it, a generation's totals are kept here: a restarted daemon
     // that no longer finds its file retires these.
-    if (!retired_.persisted(key)) {
-      auto node = checkpoint_labels_.extract(key);
-      CumulativeLabels& known = node.empty() ? labels[key] : labels.insert(std::move(node)).position->second;
-      checkpoint.totals = cumulative_totals(*s, options_.instance_label, &known);
+    if (retired_.persisted(key)) {
+      if (checkpoint.totals.has_value()) {
+        checkpoint.totals.reset();
+        changed = true;
+      }
+    } else if (!checkpoint.totals.has_value() || entry.resolution != resolution_version_ ||
+               !refresh_cumulative_totals(*s, *checkpoint.totals, changed)) {
+      checkpoint.totals = cumulative_totals(*s, options_.instance_label, &entry.labels);
+      entry.resolution = resolution_version_;
+      changed = true;
     }
-    if (!checkpoint.integrals.empty() || checkpoint.totals.has_value()) live[key] = std::move(checkpoint);
   }
-  checkpoint_labels_ = std::move(labels);
-  return retired_.save_checkpoints(live, scanned_once(), error);
+  if (!checkpoints_.empty()) changed = true;  // generations no longer held
+  checkpoints_ = std::move(held);
+  const bool drop_unclaimed = scanned_once();
+  if (retired_.unclaimed_checkpoints() != checkpoint_unclaimed_ ||
+      drop_unclaimed != checkpoint_dropped_unclaimed_)
+    changed = true;
+  if (!changed) return true;
+  std::map<RetiredTotals::GenerationKey, const RetiredTotals::LiveCheckpoint*> live;
+  for (const auto& [key, entry] : checkpoints_) live.emplace(key, &entry.checkpoint);
+  checkpoint_current_ = retired_.save_live_checkpoints(live, drop_unclaimed, error);
+  checkpoint_unclaimed_ = retired_.unclaimed_checkpoints();
+  checkpoint_dropped_unclaimed_ = drop_unclaimed;
+  return checkpoint_current_;
 }
 
 void SegmentRegistry::refresh_cumulative() {
   std::uint64_t over_limit = retired_series_over_limit_;
   std::uint64_t invalid = retired_series_invalid_;
+  shm::CumulativeReader::Refused refused = retired_refused_;
   for (auto& [name, t] : tracked_) {
     auto refresh = [&](RankSegment& s) {
       if (is_live(s.state())) {  // else the final values were read when it died
@@ -801,7 +975,6 @@ void SegmentRegistry::refresh_cumulative() {
         const std::uint64_t invalid_before = s.invalid_series();
         s.refresh_cumulative();
         note_faults(s, shm::monotonic_ns());
-        check_schema(s);
         if (before == 0 && s.series_over_limit() != 0) {
           spdlog::warn(
               "segment {} (pid {}) declares more than {} series (--shm.max-series-per-segment); the "
@@ -817,12 +990,19 @@ void SegmentRegistry::refresh_cumulative() {
       }
       over_limit += s.series_over_limit();
       invalid += s.invalid_series();
+      refused.no_space += s.refused_registrations().no_space;
+      refused.full += s.refused_registrations().full;
+      refused.other += s.refused_registrations().other;
     };
     if (t.current) refresh(*t.current);
     for (auto& p : t.previous) refresh(*p);
   }
   counters_.series_over_limit = over_limit;
   counters_.series_invalid = invalid;
+  counters_.registrations_refused_no_space = refused.no_space;
+  counters_.registrations_refused_full = refused.full;
+  counters_.registrations_refused_other = refused.other;
+  resolve_declarations();
 }
 
 std::vector<const RankSegment*> SegmentRegistry::generations() const {

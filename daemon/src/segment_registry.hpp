@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "log_limiter.hpp"
@@ -52,7 +53,12 @@ struct Rejection {
 
 struct RegistryCounters {
   std::array<std::uint64_t, shm::kRejectReasonCount> rejected_by_reason{};
-  std::uint64_t schema_conflicts = 0;
+  // A family declared with another type, gauge mode or buckets than the winning declaration (the newest
+  // live one, resolve_declarations), by a held generation or by the retired totals: each such (family,
+  // generation) counted and logged once when found. Only that family's series of the losing generation
+  // are left out; family_conflict_series counts them now.
+  std::uint64_t family_conflicts = 0;
+  std::uint64_t family_conflict_series = 0;
   std::uint64_t generations_replaced = 0;
   // Dead or closed generations whose totals joined the retired totals (before their grace period ends).
   std::uint64_t generations_folded = 0;
@@ -86,6 +92,10 @@ struct RegistryCounters {
   std::uint64_t series_over_limit = 0;
   // Series descriptors left out because they failed validation (a writer's bug or a forged segment).
   std::uint64_t series_invalid = 0;
+  // Registrations writers refused, by reason (their cumulative headers' counts, summed with the retired).
+  std::uint64_t registrations_refused_no_space = 0;
+  std::uint64_t registrations_refused_full = 0;
+  std::uint64_t registrations_refused_other = 0;
   // Every record applied from any ring, including the last drain of a generation that died or closed.
   std::uint64_t records_drained = 0;
   // Quarantined after it was opened: its last good values stay, its memory or ring is no longer read.
@@ -183,6 +193,9 @@ class SegmentRegistry {
   const std::string& directory() const { return options_.directory; }
   bool scanned_once() const { return counters_.scans > 0; }
   const RetiredTotals& retired() const { return retired_; }
+  // Families whose retired series are left out of the scrape: a held generation's declaration of them
+  // wins over the retired totals' (RetiredTotals::contribute).
+  const std::set<std::string>& retired_families_left_out() const { return retired_left_out_; }
 
  private:
   struct Tracked {
@@ -219,7 +232,18 @@ class SegmentRegistry {
   void note_faults(const RankSegment& segment, std::uint64_t now_ns);
   void open_generation(const std::string& name, const struct stat& st, std::uint64_t now_ns);
   void sweep_temporary(const std::string& name, std::uint64_t now_ns);
-  void check_schema(RankSegment& segment);
+  // One declaration per family: among the held generations that export a family, the newest live one's
+  // declaration (type, gauge mode, buckets) wins; ties go to the later start, then the smaller segment
+  // name, then the larger generation nonce, so the outcome does not depend on the order in which
+  // segments were opened. The scheduler snapshot's families keep their fixed declaration while a held
+  // generation reports a snapshot. Series of a losing declaration are left out (RankSegment::
+  // series_left_out), and so are the retired totals' series of a family a held generation declares
+  // otherwise. Declarations are recomputed from what is held, so one is forgotten as soon as no held
+  // generation (nor the retired totals) carries it. Cheap when nothing changed. `pending`: a generation
+  // being opened, not tracked yet.
+  void resolve_declarations(RankSegment* pending = nullptr);
+  // Logs the retired declarations that a fold replaced (RetiredTotals::take_replaced).
+  void note_replaced_declarations();
   // Moves a generation that can count no more into the retired totals (see RetiredTotals::fold); saved by
   // the next persist_retired().
   void fold(RankSegment& segment, std::uint64_t now_ns);
@@ -244,8 +268,16 @@ class SegmentRegistry {
   RetiredTotals& retired_;
   std::map<std::string, Tracked> tracked_;
   std::map<std::string, Rejected> rejected_;
-  // Family -> (kind, gauge mode) as first registered; a disagreeing segment is rejected.
-  std::map<std::string, std::pair<shm::SeriesKind, shm::GaugeMode>> schema_;
+  // The scheduler snapshot's families and their fixed declarations.
+  std::map<std::string, FamilyDeclaration> snapshot_declarations_;
+  // What resolve_declarations last resolved: per held generation (address, nonce, series, live, snapshot
+  // present), and the retired totals' declarations_version().
+  std::vector<std::tuple<const RankSegment*, std::uint64_t, std::size_t, bool, bool>> resolved_inputs_;
+  std::uint64_t resolved_retired_version_ = ~0ull;
+  std::set<std::string> retired_left_out_;
+  // Conflicts logged and counted, as (family, segment name, generation nonce); the retired totals are
+  // ("", 0). Kept while the conflict lasts, so each is reported once.
+  std::set<std::tuple<std::string, std::string, std::uint64_t>> reported_conflicts_;
   RegistryCounters counters_;
   LogLimiter log_limiter_{50, 1'000'000'000ull};
   // Generations found on disk that the retired totals already hold (skipped, never counted twice).
@@ -253,12 +285,26 @@ class SegmentRegistry {
   bool pruned_retired_generations_ = false;
   bool warned_other_consumer_ = false;
   bool checkpoint_due_ = false;
-  // The labels of each held generation's cumulative series, built once (cumulative_totals).
-  std::map<RetiredTotals::GenerationKey, CumulativeLabels> checkpoint_labels_;
+  // What the last checkpoint held for each held generation, brought up to date in place before the next
+  // one (refresh_cumulative_totals: no label, family or help built again), with the labels of its
+  // cumulative series, built once (cumulative_totals).
+  struct HeldCheckpoint {
+    RetiredTotals::LiveCheckpoint checkpoint;
+    CumulativeLabels labels;
+    std::uint64_t resolution = 0;  // the resolution_version_ its totals were built under
+  };
+  std::map<RetiredTotals::GenerationKey, HeldCheckpoint> checkpoints_;
+  std::uint64_t resolution_version_ = 0;  // changes whenever resolve_declarations recomputes
+  // The inputs of the last checkpoint written (see save_checkpoints): while none changed, the file
+  // already says exactly what a new one would, and nothing is serialized or written.
+  bool checkpoint_current_ = false;
+  std::size_t checkpoint_unclaimed_ = 0;
+  bool checkpoint_dropped_unclaimed_ = false;
   bool persist_failure_logged_ = false;
   std::uint64_t fd_budget_ = 0;
   std::uint64_t retired_series_over_limit_ = 0;
   std::uint64_t retired_series_invalid_ = 0;
+  shm::CumulativeReader::Refused retired_refused_;
 };
 
 // The state a generation is in now, from its producer fields and its process.

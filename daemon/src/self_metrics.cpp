@@ -102,6 +102,23 @@ void add_sample(prometheus::MetricFamily& f, Labels labels, double value) {
   f.metric.push_back(std::move(m));
 }
 
+// The rankstat_http_* families: one sample per row of http/counters.hpp, in its order.
+std::vector<prometheus::MetricFamily> http_families(const HttpCounters& http) {
+  std::vector<prometheus::MetricFamily> families;
+  for (const http::CounterInfo& row : http::kCounterInfo) {
+    if (families.empty() || families.back().name != row.family) {
+      const auto type = row.type == http::CounterType::kGauge ? prometheus::MetricType::Gauge
+                                                              : prometheus::MetricType::Counter;
+      families.push_back(make_family(std::string(row.family), std::string(row.help), type));
+    }
+    Labels labels;
+    if (!row.label_name.empty())
+      labels.push_back({std::string(row.label_name), std::string(row.label_value)});
+    add_sample(families.back(), std::move(labels), static_cast<double>(http.*row.member));
+  }
+  return families;
+}
+
 }  // namespace
 
 std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry& registry,
@@ -118,7 +135,6 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(rejected, {{"reason", std::string(shm::reject_reason_name(reason))}},
                static_cast<double>(c.rejected_by_reason[static_cast<std::size_t>(i)]));
   }
-  add_sample(rejected, {{"reason", "schema_conflict"}}, static_cast<double>(c.schema_conflicts));
   add_sample(rejected, {{"reason", "not_regular_file"}}, static_cast<double>(c.rejected_not_regular));
   add_sample(rejected, {{"reason", "world_writable"}}, static_cast<double>(c.rejected_world_writable));
   add_sample(rejected, {{"reason", "unexpected_owner"}}, static_cast<double>(c.rejected_unexpected_owner));
@@ -155,10 +171,33 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
       "rankstat_series_invalid_total",
       "Series descriptors left out because they failed validation (kind, name, labels, ranges or bounds).",
       c.series_invalid);
+  counter("rankstat_family_conflicts_total",
+          "Families declared with another type, gauge mode or buckets than the winning declaration (the "
+          "newest live one) by a segment generation or the retired totals; each (family, generation) "
+          "counted and logged once. Only that family's series of the losing side are left out.",
+          c.family_conflicts);
+  {
+    auto f = make_family("rankstat_family_conflict_series",
+                         "Series left out now because their family's declaration lost to another "
+                         "generation's (rankstat_family_conflicts_total).",
+                         MetricType::Gauge);
+    add_sample(f, {}, static_cast<double>(c.family_conflict_series));
+    segment_side.push_back(std::move(f));
+  }
   counter("rankstat_state_entries_dropped_total",
           "Entries of the --state.dir state file dropped when loaded because they were invalid (never "
           "served).",
           registry.retired().invalid_entries());
+  auto refused = make_family("rankstat_series_registrations_refused_total",
+                             "Series registrations writers refused, as their segments count them, by reason: "
+                             "no_space (the shm directory had no room for the series' pages), full (a "
+                             "segment capacity used up), invalid (a name, label or bounds). The writer logs "
+                             "each with its family's name; the series' updates are dropped.",
+                             MetricType::Counter);
+  add_sample(refused, {{"reason", "no_space"}}, static_cast<double>(c.registrations_refused_no_space));
+  add_sample(refused, {{"reason", "full"}}, static_cast<double>(c.registrations_refused_full));
+  add_sample(refused, {{"reason", "invalid"}}, static_cast<double>(c.registrations_refused_other));
+  segment_side.push_back(std::move(refused));
   auto quarantined =
       make_family("rankstat_segments_quarantined_total",
                   "Segment generations whose memory or ring is no longer read (last good values kept), "
@@ -197,56 +236,7 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
                                     "1 when the rank's process is not visible to the daemon (another pid "
                                     "namespace): liveness by heartbeat only.",
                                     MetricType::Gauge);
-  auto http_requests =
-      make_family("rankstat_http_requests_total", "HTTP requests answered.", MetricType::Counter);
-  add_sample(http_requests, {}, static_cast<double>(http.requests_total));
-  auto http_rejected =
-      make_family("rankstat_http_connections_rejected_total",
-                  "Connections refused because the connection limit was reached.", MetricType::Counter);
-  add_sample(http_rejected, {}, static_cast<double>(http.connections_rejected_total));
-  auto http_bad = make_family("rankstat_http_bad_requests_total", "Malformed or oversized HTTP requests.",
-                              MetricType::Counter);
-  add_sample(http_bad, {}, static_cast<double>(http.bad_requests_total));
-  auto http_active =
-      make_family("rankstat_http_active_connections", "Open HTTP connections.", MetricType::Gauge);
-  add_sample(http_active, {}, static_cast<double>(http.active_connections));
-  auto http_evicted = make_family("rankstat_http_connections_evicted_total",
-                                  "Connections closed at the connection limit to admit a new one, by what "
-                                  "they were doing.",
-                                  MetricType::Counter);
-  add_sample(http_evicted, {{"reason", "idle"}}, static_cast<double>(http.connections_evicted_idle_total));
-  add_sample(http_evicted, {{"reason", "reading_headers"}},
-             static_cast<double>(http.connections_evicted_reading_headers_total));
-  add_sample(http_evicted, {{"reason", "reading_body"}},
-             static_cast<double>(http.connections_evicted_reading_body_total));
-  auto http_per_peer = make_family(
-      "rankstat_http_connections_refused_per_peer_total",
-      "Connections refused because their address held --web.max-connections-per-peer.", MetricType::Counter);
-  add_sample(http_per_peer, {}, static_cast<double>(http.connections_refused_per_peer_total));
-  auto http_header_timeouts = make_family("rankstat_http_header_timeouts_total",
-                                          "Connections closed because request headers were incomplete at "
-                                          "--web.header-timeout.",
-                                          MetricType::Counter);
-  add_sample(http_header_timeouts, {}, static_cast<double>(http.header_timeouts_total));
-  auto http_tls_failures =
-      make_family("rankstat_http_tls_handshake_failures_total",
-                  "TLS handshakes that failed or did not finish within --web.header-timeout "
-                  "(no or untrusted client certificate, protocol mismatch).",
-                  MetricType::Counter);
-  add_sample(http_tls_failures, {}, static_cast<double>(http.tls_handshake_failures_total));
-  auto http_auth_failures =
-      make_family("rankstat_http_auth_failures_total",
-                  "Requests refused with 401 by basic_auth_users of --web.config.file, by "
-                  "reason: missing (no usable credentials) or wrong (unknown user or "
-                  "wrong password).",
-                  MetricType::Counter);
-  add_sample(http_auth_failures, {{"reason", "missing"}},
-             static_cast<double>(http.auth_failures_missing_total));
-  add_sample(http_auth_failures, {{"reason", "wrong"}}, static_cast<double>(http.auth_failures_wrong_total));
-  auto http_rate_limited =
-      make_family("rankstat_http_rate_limited_total",
-                  "Requests refused with 429 by rate_limit of --web.config.file.", MetricType::Counter);
-  add_sample(http_rate_limited, {}, static_cast<double>(http.rate_limited_total));
+  std::vector<prometheus::MetricFamily> http_side = http_families(http);
 
   auto segments =
       make_family("rankstat_segments", "Current segment generations by liveness state.", MetricType::Gauge);
@@ -306,32 +296,12 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(segments, {{"state", std::string(rank_state_name(static_cast<RankState>(i)))}},
                by_state[static_cast<std::size_t>(i)]);
   }
-  for (auto* f : {&rejected,
-                  &quarantined,
-                  &suppressed,
-                  &lifecycle,
-                  &retired_series,
-                  &http_requests,
-                  &http_rejected,
-                  &http_bad,
-                  &http_active,
-                  &http_evicted,
-                  &http_per_peer,
-                  &http_header_timeouts,
-                  &http_tls_failures,
-                  &http_auth_failures,
-                  &http_rate_limited,
-                  &segments,
-                  &up,
-                  &heartbeat_only,
-                  &state,
-                  &heartbeat,
-                  &records,
-                  &dropped,
-                  &fill,
-                  &gaps,
-                  &malformed,
-                  &info}) {
+  for (auto* f : {&rejected, &quarantined, &suppressed, &lifecycle, &retired_series}) {
+    if (!f->metric.empty()) out.push_back(std::move(*f));
+  }
+  for (auto& f : http_side) out.push_back(std::move(f));
+  for (auto* f : {&segments, &up, &heartbeat_only, &state, &heartbeat, &records, &dropped, &fill, &gaps,
+                  &malformed, &info}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));
   }
   for (auto& f : segment_side) out.push_back(std::move(f));

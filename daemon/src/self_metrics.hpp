@@ -14,27 +14,13 @@
 #include <memory>
 #include <vector>
 
+#include "http/counters.hpp"
 #include "segment_registry.hpp"
 
 namespace rankstat {
 
-struct HttpCounters {
-  std::uint64_t requests_total = 0;
-  std::uint64_t connections_rejected_total = 0;
-  std::uint64_t active_connections = 0;
-  std::uint64_t bad_requests_total = 0;
-  std::uint64_t connections_refused_per_peer_total = 0;
-  std::uint64_t connections_evicted_idle_total = 0;
-  std::uint64_t connections_evicted_reading_headers_total = 0;
-  std::uint64_t connections_evicted_reading_body_total = 0;
-  std::uint64_t header_timeouts_total = 0;
-  std::uint64_t tls_handshake_failures_total = 0;
-  // Requests refused with 401 by the web config's basic_auth_users: without (usable) credentials, and
-  // with an unknown user or a wrong password.
-  std::uint64_t auth_failures_missing_total = 0;
-  std::uint64_t auth_failures_wrong_total = 0;
-  std::uint64_t rate_limited_total = 0;  // refused with 429 by the web config's rate_limit
-};
+// Every HTTP counter, the server's and the request handler's: one list in http/counters.hpp.
+using HttpCounters = http::Counters;
 
 class SelfMetrics {
  public:

@@ -1,32 +1,27 @@
 // rankstat-example-engine: a stand-in for an SGLang deployment. It forks one process per scheduler
 // rank (dp × pp × tp), each running a SimulatedScheduler that reports through rankstat::Reporter, and
-// forwards SIGINT/SIGTERM to them so they exit cleanly.
+// forwards SIGINT/SIGTERM to them so they exit cleanly. The segment flags, stop signals and step
+// cadence are the fake rank's (tests/testkit/fake_rank), shared with the test and benchmark writers;
+// the deployment shape and the simulated scheduler are its own.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <thread>
 #include <vector>
 
-#include "rankstat/reporter.hpp"
+#include "fake_rank.hpp"
 #include "simulated_scheduler.hpp"
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-void on_signal(int) {
-  g_stop.store(true);
-}
+namespace fake_rank = rankstat::fake_rank;
 
 struct EngineOptions {
-  std::string instance = "demo";
-  std::string model = "demo-model";
-  std::string shm_dir;
+  fake_rank::SegmentFlags segment{.instance = "demo", .model = "demo-model"};
   int tp = 1;
   int pp = 1;
   int dp = 4;
@@ -36,24 +31,19 @@ struct EngineOptions {
 };
 
 int run_rank(const EngineOptions& o, int tp_rank, int pp_rank, int dp_rank) {
-  rankstat::ReporterOptions options;
-  options.shm_dir = o.shm_dir;
-  auto& id = options.identity;
-  id.role = rankstat::shm::Role::kScheduler;
-  id.instance = o.instance;
-  id.model_name = o.model;
-  id.engine_type = "unified";
-  id.tp_rank = tp_rank;
-  id.pp_rank = pp_rank;
-  id.dp_rank = o.dp > 1 ? dp_rank : rankstat::shm::kRankUnset;
-  id.moe_ep_rank = tp_rank;
-  id.tp_size = o.tp;
-  id.pp_size = o.pp;
-  id.dp_size = o.dp;
-  if (o.sim.priorities) id.flags |= rankstat::shm::kFlagPriorityScheduling;
-  if (o.all_schedulers) id.flags |= rankstat::shm::kFlagAllSchedulersMetrics;
+  fake_rank::SegmentFlags segment = o.segment;
+  if (o.sim.priorities) segment.identity_flags |= rankstat::shm::kFlagPriorityScheduling;
+  if (o.all_schedulers) segment.identity_flags |= rankstat::shm::kFlagAllSchedulersMetrics;
+  fake_rank::RankPlace place;
+  place.tp_rank = tp_rank;
+  place.pp_rank = pp_rank;
+  place.dp_rank = o.dp > 1 ? dp_rank : rankstat::shm::kRankUnset;
+  place.moe_ep_rank = tp_rank;
+  place.tp_size = o.tp;
+  place.pp_size = o.pp;
+  place.dp_size = o.dp;
   rankstat::Reporter reporter;
-  if (reporter.open(options) != rankstat::Status::kOk) {
+  if (reporter.open(fake_rank::reporter_options(segment, place)) != rankstat::Status::kOk) {
     // An engine keeps serving without metrics; the example just says so and goes on simulating.
     std::fprintf(stderr, "rank tp%d dp%d: metrics disabled: %s\n", tp_rank, dp_rank,
                  reporter.error_message().c_str());
@@ -61,13 +51,15 @@ int run_rank(const EngineOptions& o, int tp_rank, int pp_rank, int dp_rank) {
   rankstat::example::SimulationOptions sim = o.sim;
   sim.seed = static_cast<std::uint32_t>(1 + tp_rank + 17 * pp_rank + 131 * dp_rank);
   rankstat::example::SimulatedScheduler scheduler(reporter, sim);
-  const auto start = std::chrono::steady_clock::now();
-  while (!g_stop.load()) {
-    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (o.duration_seconds > 0 && now >= o.duration_seconds) break;
+  fake_rank::Loop loop(o.duration_seconds > 0 ? o.duration_seconds : fake_rank::kForever);
+  // A pause after each step, not a cadence: a rank that was stopped (kill -STOP) resumes at its own
+  // pace instead of making up the missed steps in a burst.
+  const auto pause =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(sim.step_seconds));
+  loop.run([&](double now) {
     scheduler.step(now);
-    std::this_thread::sleep_for(std::chrono::duration<double>(sim.step_seconds));
-  }
+    return pause;
+  });
   reporter.close();
   return 0;
 }
@@ -77,9 +69,7 @@ int run_rank(const EngineOptions& o, int tp_rank, int pp_rank, int dp_rank) {
 int main(int argc, char** argv) {
   EngineOptions o;
   CLI::App app{"Simulated SGLang scheduler ranks reporting through rankstat"};
-  app.add_option("--instance", o.instance, "Engine instance id")->capture_default_str();
-  app.add_option("--model", o.model, "served_model_name")->capture_default_str();
-  app.add_option("--shm-dir", o.shm_dir, "Segment directory (default $RANKSTAT_SHM_DIR or /dev/shm)");
+  fake_rank::add_segment_flags(app, o.segment);
   app.add_option("--tp", o.tp, "Tensor-parallel size")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--pp", o.pp, "Pipeline-parallel size")->capture_default_str()->check(CLI::Range(1, 16));
   app.add_option("--dp", o.dp, "Data-parallel size")->capture_default_str()->check(CLI::Range(1, 64));
@@ -93,11 +83,7 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-priorities", o.sim.priorities, "Disable priority scheduling");
   app.add_flag("!--no-speculative", o.sim.speculative, "Disable speculative decoding");
   CLI11_PARSE(app, argc, argv);
-
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  fake_rank::stop_on_signals();
 
   std::vector<pid_t> children;
   for (int dp = 0; dp < o.dp; ++dp) {
@@ -107,7 +93,7 @@ int main(int argc, char** argv) {
         if (pid == 0) _exit(run_rank(o, tp, pp, dp));
         if (pid < 0) {
           std::perror("fork");
-          g_stop.store(true);
+          fake_rank::request_stop();
           break;
         }
         children.push_back(pid);
@@ -115,7 +101,7 @@ int main(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "example engine '%s': %zu scheduler ranks running (tp=%d pp=%d dp=%d)\n",
-               o.instance.c_str(), children.size(), o.tp, o.pp, o.dp);
+               o.segment.instance.c_str(), children.size(), o.tp, o.pp, o.dp);
   int exit_code = 0;
   std::size_t alive = children.size();
   while (alive > 0) {
@@ -126,7 +112,7 @@ int main(int argc, char** argv) {
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) exit_code = 1;
       continue;
     }
-    if (g_stop.load()) {
+    if (fake_rank::stop_requested()) {
       for (pid_t child : children) kill(child, SIGTERM);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

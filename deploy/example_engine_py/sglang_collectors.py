@@ -13,6 +13,7 @@ The oracle is $RANKSTAT_ENGINE_ORACLE, else <repo>/../shared/reference/engine-or
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import sys
@@ -37,9 +38,8 @@ def trace_path(oracle: str, version: Optional[str] = None) -> str:
 def prepare(oracle: str, trace: str) -> None:
     """Makes `import sglang.srt.observability.metrics_collector` give the oracle's stand-ins built from
     `trace`, with rankstat installed under them. Once per process, before any collector exists."""
-    try:
-        import prometheus_client  # noqa: F401  (the stand-ins import it, as SGLang does)
-    except ImportError:
+    # The stand-ins import prometheus_client, as SGLang does.
+    if importlib.util.find_spec("prometheus_client") is None:
         raise SystemExit("SGLang's collectors need prometheus_client importable (Debian: python3-prometheus-client)")
     sys.path.insert(0, os.path.join(os.path.abspath(oracle), "emul"))
     os.environ["ENGINE_ORACLE_TRACE"] = os.path.abspath(trace)

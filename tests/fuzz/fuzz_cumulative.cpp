@@ -16,6 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size != 0) {
     std::vector<char> raw(data, data + size);
     (void)shm::decode_label_pairs(raw.data(), raw.size());
+    if (const auto labels = shm::decode_series_labels(raw.data(), raw.size())) {
+      // What decodes re-encodes to the same bytes: the lengths leave nothing out.
+      std::vector<char> again(shm::encoded_series_label_bytes(*labels));
+      shm::encode_series_labels(*labels, again.data());
+      RANKSTAT_FUZZ_EXPECT(again == raw);
+    }
   }
   if (size < sizeof(shm::CumulativeHeader)) return 0;
   // 8-byte aligned, exactly `size` bytes long (rounded up to whole words, the rest poisoned).
@@ -34,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!info) continue;
     RANKSTAT_FUZZ_EXPECT(shm::is_valid_metric_name(info->family));
     // Everything the exposition writes from a descriptor can be written correctly.
-    RANKSTAT_FUZZ_EXPECT(shm::is_valid_utf8(info->help) && info->help.size() <= shm::kHelpBytes);
+    RANKSTAT_FUZZ_EXPECT(shm::is_valid_utf8(info->help) && info->help.size() <= geometry.text_bytes());
+    RANKSTAT_FUZZ_EXPECT(info->family.size() <= geometry.text_bytes());
     RANKSTAT_FUZZ_EXPECT(shm::labels_allowed(info->kind, info->labels));
     RANKSTAT_FUZZ_EXPECT(
         std::uint64_t{info->values_offset} +

@@ -307,6 +307,68 @@ class Checks:
             t.join()
         self.assertEqual(len(self.fake.calls), 8000)
 
+    # --- a Family is a Value too: prometheus_client's metric objects are family and series at once ---
+
+    def test_a_family_becomes_a_series_of_its_kind_when_bound(self):
+        f = self.Family("plain", ())
+        with self.assertRaisesRegex(AttributeError, "uninitialised"):
+            f.inc()
+        f._bind(0x70, 9, COUNTER)
+        f.inc(2)
+        self.assertEqual((f._kind, f._series_id), (COUNTER, 9))
+        self.assertEqual(self.fake.calls, [("rankstat_counter_add", 0x70, 9, 2.0)])
+        with self.assertRaisesRegex(ValueError, "kind must be"):
+            f._bind(0x70, 9, 7)
+
+    def test_a_labelled_parent_refuses_updates_and_a_child_refuses_labels(self):
+        for kind, call, word in ((COUNTER, lambda x: x.inc(), "counter"), (GAUGE, lambda x: x.set(1), "gauge"),
+                                 (GAUGE, lambda x: x.dec(), "gauge"), (HISTOGRAM, lambda x: x.observe(1), "histogram"),
+                                 (SUMMARY, lambda x: x.observe(1), "summary")):
+            with self.subTest(kind=kind):
+                parent = self.Family("p", ("a",), kind)
+                parent._bind(None, 0, kind)
+                with self.assertRaisesRegex(ValueError, f"^{word} metric is missing label values$"):
+                    call(parent)
+        child = self.Family("p", ("a", "b"))
+        child._labelvalues = ("1", "2")
+        self.assertEqual(child._labelvalues, ("1", "2"))
+        with self.assertRaisesRegex(ValueError, r"^family p already has labels set \(\{'a': '1', 'b': '2'\}\); "
+                                                r"can not chain calls to \.labels\(\)$"):
+            child.labels("3", "4")
+        child._bind(0x71, 3, COUNTER)
+        child.inc()
+        self.assertEqual(self.fake.calls, [("rankstat_counter_add", 0x71, 3, 1.0)])
+
+    def test_exemplars_are_checked_after_the_update_as_prometheus_client_checks_them(self):
+        c = self.impl.Value(0x10, 1, COUNTER)
+        c.inc(1, exemplar=None)
+        c.inc(1, exemplar={})
+        c.inc(1, {"trace_id": "x" * 120})
+        with self.assertRaisesRegex(ValueError, "exceeding the limit of 128"):
+            c.inc(1, exemplar={"trace_id": "x" * 121})
+        with self.assertRaisesRegex(ValueError, "^Invalid label metric name: a-b$"):
+            c.inc(1, exemplar={"a-b": "x"})
+        with self.assertRaisesRegex(ValueError, "^Reserved label metric name: __a$"):
+            c.inc(1, exemplar={"__a": "x"})
+        self.assertEqual(len(self.fake.calls), 6)  # every increment happened, the refused ones included
+        h = self.impl.Value(0x10, 2, HISTOGRAM)
+        with self.assertRaises(ValueError):
+            h.observe(1, exemplar={"__a": "x"})
+        h.observe(float("nan"), exemplar={"__a": "x"})  # no bucket takes NaN: nothing is checked
+        s = self.impl.Value(0x10, 3, SUMMARY)
+        with self.assertRaises(TypeError):
+            s.observe(1, exemplar={"a": "b"})
+
+    def test_a_counter_takes_nan_and_refuses_minus_infinity(self):
+        c = self.impl.Value(0x10, 1, COUNTER)
+        c.inc(float("nan"))
+        c.inc(float("inf"))
+        with self.assertRaises(ValueError):
+            c.inc(float("-inf"))
+        values = [v for _, _, _, v in self.fake.calls]
+        self.assertTrue(values[0] != values[0])
+        self.assertEqual(values[1:], [float("inf")])
+
 
 class RealLibrary:
     """Writes through the real librankstat.so into a segment in a private shm directory."""
@@ -356,6 +418,41 @@ class RealLibrary:
         self.assertEqual(self.series_value(counter._series_id), 3.5)
         self.assertEqual(self.series_value(gauge._series_id), 9.0 if gauge_add else 7.0)
         self.assertAlmostEqual(self.series_value(hist._series_id), 0.55)
+
+    def test_a_histograms_bucket_and_sum_cells_write_their_own_words_and_refuse_what_prometheus_client_refuses(self):
+        r = self.reporter
+        hist = self.impl.Value(r._handle, r.register("histogram", "accel_test:cells_seconds", buckets=[0.1, 1.0]),
+                               HISTOGRAM)
+        low, high, total = self.impl.Cell(hist, 0), self.impl.Cell(hist, 1), self.impl.Cell(hist, -1)
+        self.assertIs(low._child, hist)
+        self.assertEqual((low._index, total._index), (0, -1))
+        low.inc()
+        high.inc(2)
+        high.inc(0)     # a bucket takes whole positive counts only: nothing
+        high.inc(-3)    # nothing either
+        total.inc(0.75)
+        total.inc(-0.25)  # a sum takes any delta
+        with self.assertRaises(OverflowError):
+            low.inc(float("inf"))
+        with self.assertRaises(TypeError):
+            low.inc("1")
+        with self.assertRaises(TypeError):
+            self.impl.Cell(object(), 0)
+        with self.assertRaises(ValueError):
+            self.impl.Cell(hist, -2)
+        if not hasattr(self.lib, "rankstat_histogram_bucket"):
+            self.skipTest("this librankstat cannot read buckets back")
+        out = ctypes.c_uint64()
+        counts = []
+        for i in range(2):
+            self.assertEqual(self.lib.rankstat_histogram_bucket(ctypes.c_void_p(r._handle), hist._series_id, i,
+                                                                ctypes.byref(out)), 0)
+            counts.append(out.value)
+        self.assertEqual(counts, [1, 2])
+        self.assertAlmostEqual(self.series_value(hist._series_id), 0.5)
+        hist._reporter_address = 0  # a child without a reporter: its cells write nothing, raise nothing
+        low.inc()
+        total.inc(1)
 
     def test_a_closed_segment_is_not_written_through_a_detached_child(self):
         r = self.reporter

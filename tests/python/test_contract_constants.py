@@ -4,8 +4,10 @@ is checked against the shared-memory contract's enums by static_asserts in clien
 layout hash covers those enums' values, so a renumbering anywhere fails a build, this test or a load.)"""
 import os
 import re
+import subprocess
 import unittest
 
+import rankstat
 from rankstat import _native
 
 SOURCE = os.environ.get("RANKSTAT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -43,6 +45,18 @@ class ContractConstants(unittest.TestCase):
         _, layout = _native.load_library()
         self.assertIn(layout.hash, _native.KNOWN_LAYOUT_HASHES,
                       f"update KNOWN_LAYOUT_HASHES to {layout.hash:#018x} after checking the constants")
+
+    def test_the_package_the_daemon_and_the_cli_carry_the_one_version_in_VERSION(self):
+        with open(os.path.join(SOURCE, "VERSION")) as f:
+            version = f.readline().strip()
+        self.assertRegex(version, r"^[0-9]+\.[0-9]+\.[0-9]+$")
+        self.assertEqual(rankstat.__version__, version)
+        for variable, program in (("RANKSTAT_DAEMON", "rankstatd"), ("RANKSTAT_CLI", "rankstat")):
+            binary = os.environ.get(variable)
+            if binary:
+                with self.subTest(program=program):
+                    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+                    self.assertEqual(out.strip(), f"{program} {version}")
 
 if __name__ == "__main__":
     unittest.main()

@@ -157,17 +157,23 @@ class Packaging(unittest.TestCase):
             self.skipTest("pip is not installed")
         scratch = tempfile.mkdtemp(prefix="rankstat-pip-")
         self.addCleanup(shutil.rmtree, scratch, True)
-        source = os.path.join(scratch, "src")
+        # The repository's shape: client/python and, two levels up, VERSION (the one version source).
+        source = os.path.join(scratch, "repo", "client", "python")
         package_dir = os.path.dirname(os.path.dirname(os.path.abspath(rankstat.__file__)))
         shutil.copytree(package_dir, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+        shutil.copy(os.path.join(package_dir, "..", "..", "VERSION"), os.path.join(scratch, "repo", "VERSION"))
         target = os.path.join(scratch, "site")
         out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
                               "--no-deps", "--quiet", "--target", target, source],
                              capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
-        check = subprocess.run([sys.executable, "-c", "import rankstat, rankstat.sglang; print(rankstat.__file__)"],
+        check = subprocess.run([sys.executable, "-c", "import rankstat, rankstat.sglang; print(rankstat.__file__); "
+                                "print(rankstat.__version__)"],
                                env=dict(os.environ, PYTHONPATH=target), capture_output=True, text=True, timeout=60)
         self.assertTrue(check.stdout.startswith(target), check.stdout + check.stderr)
+        # The installed package carries the version, not a path back into the source tree.
+        self.assertEqual(check.stdout.split()[-1], rankstat.__version__)
+        self.assertTrue(os.path.exists(os.path.join(target, "rankstat", "VERSION")))
 
 
 class Packing(unittest.TestCase):

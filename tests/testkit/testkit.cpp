@@ -235,19 +235,24 @@ std::optional<double> value_of(const std::string& exposition, const std::string&
 
 namespace rankstat::testkit {
 
-WriterProcess::WriterProcess(const std::string& shm_dir, const std::vector<std::string>& args) {
-  out_path_ = out_dir_.path() + "/writer.out";
-  std::vector<std::string> argv = {binary_path("tests/integration/rankstat_test_writer")};
+RankProcess::RankProcess(const std::string& binary, const std::string& shm_dir,
+                         const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& extra_env,
+                         const std::vector<std::string>& wrapper) {
+  out_path_ = out_dir_.path() + "/rank.out";
+  std::vector<std::string> argv = wrapper;
+  argv.push_back(binary_path(binary));
   argv.insert(argv.end(), args.begin(), args.end());
-  process_ = std::make_unique<ChildProcess>(
-      argv, std::map<std::string, std::string>{{"RANKSTAT_SHM_DIR", shm_dir}}, out_path_);
+  std::map<std::string, std::string> env = extra_env;
+  env["RANKSTAT_SHM_DIR"] = shm_dir;
+  process_ = std::make_unique<ChildProcess>(argv, env, out_path_);
 }
 
-bool WriterProcess::wait_ready(std::chrono::milliseconds timeout) {
-  return wait_until([&] { return output().find("ready") != std::string::npos; }, timeout);
+bool RankProcess::wait_for_output(const std::string& text, std::chrono::milliseconds timeout) {
+  return wait_until([&] { return output().find(text) != std::string::npos; }, timeout);
 }
 
-std::optional<std::uint64_t> WriterProcess::printed(const std::string& key) const {
+std::optional<std::uint64_t> RankProcess::printed(const std::string& key) const {
   const std::string text = output();
   const std::string field = key + "=";
   // The last occurrence that starts a word ("appends=" must not match "max_appends=").
@@ -260,12 +265,15 @@ std::optional<std::uint64_t> WriterProcess::printed(const std::string& key) cons
   return std::nullopt;
 }
 
-std::optional<int> WriterProcess::stop() {
+WriterProcess::WriterProcess(const std::string& shm_dir, const std::vector<std::string>& args)
+    : RankProcess("tests/integration/rankstat_test_writer", shm_dir, args) {}
+
+std::optional<int> RankProcess::stop() {
   process_->signal(SIGTERM);
   return process_->wait_for(std::chrono::seconds(10));
 }
 
-void WriterProcess::kill() {
+void RankProcess::kill() {
   process_->signal(SIGKILL);
   process_->wait_for(std::chrono::seconds(10));
 }

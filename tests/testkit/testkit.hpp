@@ -107,27 +107,42 @@ std::optional<double> value_of(const std::string& exposition, const std::string&
 
 namespace rankstat::testkit {
 
-// tests/integration/rankstat_test_writer with RANKSTAT_SHM_DIR set, its output captured.
-class WriterProcess {
+// A fake rank (fake_rank/fake_rank.hpp: the test writer, the fault writer) run as a child with
+// RANKSTAT_SHM_DIR set and its stdout captured: the reading side of the lines it prints.
+class RankProcess {
  public:
-  WriterProcess(const std::string& shm_dir, const std::vector<std::string>& args);
+  // `binary` relative to the build tree (binary_path); `wrapper`: a command the rank runs under, e.g.
+  // setpriv to run it as another user.
+  RankProcess(const std::string& binary, const std::string& shm_dir, const std::vector<std::string>& args,
+              const std::map<std::string, std::string>& extra_env = {},
+              const std::vector<std::string>& wrapper = {});
   ChildProcess& process() { return *process_; }
   pid_t pid() const { return process_->pid(); }
-  // Waits until the writer printed "ready" (its values are published).
-  bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  bool wait_for_output(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Waits until the rank printed "ready" (its values are published).
+  bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    return wait_for_output("ready", timeout);
+  }
   std::string output() const { return read_file(out_path_); }
-  // The "<key>=<n>" figure of the line printed at exit (appends, dropped, max_append_ns, events).
+  // The "<key>=<n>" figure of the line printed at exit (appends, dropped, events, p99_ns, ...).
   std::optional<std::uint64_t> printed(const std::string& key) const;
-  std::optional<std::uint64_t> events() const { return printed("events"); }
   // SIGTERM (clean exit) and wait; returns the exit status.
   std::optional<int> stop();
   // SIGKILL (a crash) and wait.
   void kill();
 
  private:
-  TempDir out_dir_{"rankstat-writer-out"};
+  TempDir out_dir_{"rankstat-rank-out"};
   std::string out_path_;
   std::unique_ptr<ChildProcess> process_;
+};
+
+// tests/integration/rankstat_test_writer (tests/integration/test_writer.cpp).
+class WriterProcess : public RankProcess {
+ public:
+  WriterProcess(const std::string& shm_dir, const std::vector<std::string>& args);
+  // What the writer added to its test counter in all.
+  std::optional<std::uint64_t> events() const { return printed("events"); }
 };
 
 }  // namespace rankstat::testkit

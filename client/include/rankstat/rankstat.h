@@ -19,6 +19,7 @@
 
 /* A C header (C engines and ctypes read it too): typedef struct and snake_case names. */
 /* NOLINTBEGIN(modernize-use-using,readability-identifier-naming) */
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -27,7 +28,7 @@ extern "C" {
 
 #define RANKSTAT_OK 0
 #define RANKSTAT_ERR_INVALID_ARGUMENT 1 /* bad name, label, geometry or record size */
-#define RANKSTAT_ERR_NO_SPACE 2         /* the shm directory is full: retry later */
+#define RANKSTAT_ERR_NO_SPACE 2         /* the shm directory is full (open, series pages): retry later */
 #define RANKSTAT_ERR_PERMISSION 3
 #define RANKSTAT_ERR_IO 4
 #define RANKSTAT_ERR_RING_FULL 5     /* record dropped and counted; the daemon is slow or absent */
@@ -85,6 +86,9 @@ typedef struct rankstat_geometry {
   uint64_t ring_bytes; /* power of two */
   uint32_t bounds_capacity;
   uint32_t values_capacity;
+  /* Appended with layout 3.0 (a smaller struct_size leaves it 0): bytes of the text area that holds the
+   * series' family names, label lists and help texts; 0 gives 192 per series. */
+  uint32_t text_capacity;
 } rankstat_geometry;
 
 /* Fills `identity` with the defaults (scheduler role, ranks 0, dp unset). */
@@ -152,7 +156,11 @@ int rankstat_register_histogram(rankstat_reporter* reporter, const char* family,
                                 const char* const* label_names, const char* const* label_values,
                                 const double* bounds, uint32_t bound_count, uint32_t* out_id);
 
+/* delta >= 0 or NaN (prometheus_client takes NaN: the total is NaN from then on); negative: INVALID_ARGUMENT.
+ */
 int rankstat_counter_add(rankstat_reporter* reporter, uint32_t id, double delta);
+/* prometheus_client's Counter.reset(): this writer's total of the series back to 0. */
+int rankstat_counter_reset(rankstat_reporter* reporter, uint32_t id);
 /* Sets the gauge's value in the cumulative block (what the daemon exports; a full ring loses nothing) and
  * appends a timestamped update record to the ring, so the daemon sees every value in order. */
 int rankstat_gauge_set(rankstat_reporter* reporter, uint32_t id, double value);
@@ -171,13 +179,21 @@ int rankstat_histogram_observe_many(rankstat_reporter* reporter, uint32_t id, do
 /* The series is exported with its own labels only: the segment's identity labels (model_name, ranks, ...)
  * are not added. A binding that passes the engine's own label dicts sets it. */
 #define RANKSTAT_SERIES_OWN_LABELS_ONLY 1u
+/* The spec's texts are given by length (family_length, help_length, label_name_lengths,
+ * label_value_lengths), not NUL-terminated: a label value may then hold NUL bytes. Needs a struct_size
+ * that covers those fields. */
+#define RANKSTAT_SERIES_TEXT_LENGTHS 2u
 
 /* Everything the daemon needs to serve a series exactly as the engine declared it. Set struct_size to
  * sizeof(rankstat_series_spec). `family` is the name as exposed in the text format (a counter's name
- * with its _total suffix, a histogram's without _bucket); `help` is the HELP text (any UTF-8, NULL = none;
- * the daemon escapes it); label values are any UTF-8 without NUL. Label names must be valid Prometheus
- * names, unique, not `__`-prefixed, and not `le` (histograms) or `quantile` (summaries). Histogram bounds
- * are the finite upper bounds, strictly increasing (+Inf is implicit). */
+ * with its _total suffix, a histogram's without _bucket), any length; `help` is the HELP text (any UTF-8
+ * of any length, NULL = none; the daemon escapes it); label values are any UTF-8 of any length (with
+ * RANKSTAT_SERIES_TEXT_LENGTHS, NUL included; without it each text ends at its first NUL). The segment's
+ * text area is the only bound on lengths. Label names must be valid Prometheus names, unique, not
+ * `__`-prefixed, and not `le` (histograms) or `quantile` (summaries). Histogram bounds are the finite
+ * upper bounds, strictly increasing (+Inf is implicit). The fields from family_length on were appended
+ * with layout 3.0; a caller built against the older header passes the smaller struct_size and
+ * NUL-terminated texts, and keeps working. */
 typedef struct rankstat_series_spec {
   uint32_t struct_size;
   uint32_t kind;  /* RANKSTAT_KIND_* */
@@ -190,10 +206,18 @@ typedef struct rankstat_series_spec {
   const char* const* label_names;
   const char* const* label_values;
   const double* bounds;
+  /* Read only with RANKSTAT_SERIES_TEXT_LENGTHS in flags: */
+  size_t family_length;
+  size_t help_length;               /* help may be NULL when 0 */
+  const size_t* label_name_lengths; /* label_count entries (may be NULL when label_count is 0) */
+  const size_t* label_value_lengths;
 } rankstat_series_spec;
 
 /* Registers one series (one labelled child of a family). Registering the same family and label values
- * twice gives two series that the daemon sums; a binding keeps its own child table. */
+ * twice gives two series that the daemon sums; a binding keeps its own child table. The segment reserves
+ * its pages as series are registered: RANKSTAT_ERR_NO_SPACE when the shm directory has no room for the
+ * series' pages (nothing is written; a later registration may succeed), RANKSTAT_ERR_REGISTRY_FULL when a
+ * capacity is used up. Both are counted in the segment (rankstat_series_registrations_refused_total). */
 int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_spec* spec, uint32_t* out_id);
 
 /* A gauge's value plus `delta` (prometheus_client's Gauge.inc / dec); like rankstat_gauge_set, it also

@@ -60,7 +60,8 @@ class Reporter {
   Reporter(Reporter&&) noexcept;
   Reporter& operator=(Reporter&&) noexcept;
 
-  // Creates the segment (temporary name, posix_fallocate, rename). On failure the reporter stays
+  // Creates the segment (temporary name, ftruncate, posix_fallocate of the pages written from the start,
+  // rename; registrations reserve the rest as they need it). On failure the reporter stays
   // closed, every later call is a no-op returning kClosed, and error_message() says why.
   Status open(const ReporterOptions& options) noexcept;
   bool is_open() const noexcept { return file_.valid(); }
@@ -101,6 +102,8 @@ class Reporter {
   Status register_series(const SeriesSpec& spec, std::uint32_t& id) noexcept;
 
   Status counter_add(std::uint32_t id, double delta) noexcept;
+  // prometheus_client's Counter.reset(): this writer's total of the series back to 0.
+  Status counter_reset(std::uint32_t id) noexcept;
   // Sets the value in the cumulative block and appends a timestamped kSeriesUpdate record, so the daemon
   // sees every value in order; a full ring costs that record (counted as a drop), never the value.
   Status gauge_set(std::uint32_t id, double value) noexcept;

@@ -26,7 +26,7 @@ from ._native import (KNOWN_LAYOUT_HASHES, LAYOUT_MAJOR, RankstatError, Rankstat
 from .metrics import Counter, Gauge, Histogram, Summary
 from .reporter import ReportKind, Reporter, SnapshotPacker, UpdateBatch, null_reporter
 
-__version__ = "0.2.0"
+from ._version import __version__
 
 __all__ = [
     "KNOWN_LAYOUT_HASHES", "LAYOUT_MAJOR", "RankstatError", "RankstatLayoutError", "RankstatLibraryError",

@@ -6,6 +6,8 @@ be loaded, else its pure-Python twin rankstat._slowpath (same names, behaviour a
 - bind(lib): `lib` is the ctypes CDLL of librankstat.so; call it once before the first update.
 - Value(reporter_address, series_id, kind): one series (kind 1 counter, 2 gauge, 3 histogram, 4 summary)
   with inc / dec / set / observe; reporter_address 0 or None makes every update a no-op.
+- Cell(child, index): one bucket (index >= 0) or the sum (index -1) of a histogram or summary series
+  with a C inc(); subclass it for the reads (rankstat.metrics' `_buckets[i]`, `_sum`).
 - Family: subclass it; set `_labelnames` and `_children` in __init__ and define `_new_child(key)`, called
   by `labels()` on a miss with the tuple of str label values (register the series, store the child in
   `_children[key]`, return it; take a lock there if several threads may label the same family).
@@ -27,7 +29,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _MODULE = __package__ + "._fastpath" if __package__ else "rankstat._fastpath"
@@ -83,9 +85,11 @@ _REQUIRED_VALUE_METHODS = ("_detach", "_bind", "_rebind")
 
 
 def _checked(module):
-    missing = [m for m in _REQUIRED_VALUE_METHODS if not hasattr(module.Value, m)]
+    missing = ["Value." + m for m in _REQUIRED_VALUE_METHODS if not hasattr(module.Value, m)]
+    if not hasattr(module, "Cell"):  # the histogram internals' C cells came later
+        missing.append("Cell")
     if missing:
-        raise ImportError(f"{getattr(module, '__file__', module)} lacks Value.{', Value.'.join(missing)}: "
+        raise ImportError(f"{getattr(module, '__file__', module)} lacks {', '.join(missing)}: "
                           f"it is older than this package")
     return module
 
@@ -113,8 +117,10 @@ FAST: bool = _impl is not None
 if _impl is None:
     from . import _slowpath as _impl  # noqa: F811
 
-Family = _impl.Family
-Value = _impl.Value
+# The C types or their pure-Python twins, chosen at import: typed Any, since which one is known at run time only.
+Family: Any = _impl.Family
+Value: Any = _impl.Value
+Cell: Any = _impl.Cell
 bind = _impl.bind
 bound = _impl.bound
 implementation = _impl  # the module in use: rankstat._fastpath or rankstat._slowpath
@@ -124,7 +130,7 @@ KIND_GAUGE = 2
 KIND_HISTOGRAM = 3
 KIND_SUMMARY = 4
 
-__all__ = ["FAST", "FASTPATH_ERROR", "FASTPATH_PATH", "Family", "KIND_COUNTER", "KIND_GAUGE", "KIND_HISTOGRAM",
+__all__ = ["Cell", "FAST", "FASTPATH_ERROR", "FASTPATH_PATH", "Family", "KIND_COUNTER", "KIND_GAUGE", "KIND_HISTOGRAM",
            "KIND_SUMMARY", "Value", "bind", "bound", "implementation"]
 
 

@@ -20,12 +20,13 @@ import glob
 import os
 import threading
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-# The contract this package packs: layout major 2 (declared series), and the layout hashes it has been
-# checked against (tests/python checks that the library built from this tree is one of them).
-LAYOUT_MAJOR = 2
-KNOWN_LAYOUT_HASHES = frozenset({0x1407B46D0638C683})
+# The contract this package packs: layout major 3 (declared series, length-delimited texts), and the
+# layout hashes it has been checked against (tests/python checks that the library built from this tree is
+# one of them).
+LAYOUT_MAJOR = 3
+KNOWN_LAYOUT_HASHES = frozenset({0x4A172CC6AD94F4A3})
 
 # Error codes (rankstat.h).
 OK = 0
@@ -100,6 +101,7 @@ KIND_GAUGE = 2
 KIND_HISTOGRAM = 3
 KIND_SUMMARY = 4
 SERIES_OWN_LABELS_ONLY = 1
+SERIES_TEXT_LENGTHS = 2  # every text of the spec is given by its length: NUL bytes pass through
 
 
 class RankstatError(RuntimeError):
@@ -176,7 +178,50 @@ class SeriesSpec(ctypes.Structure):
         ("label_names", ctypes.POINTER(ctypes.c_char_p)),
         ("label_values", ctypes.POINTER(ctypes.c_char_p)),
         ("bounds", ctypes.POINTER(ctypes.c_double)),
+        # Appended with layout 3 (read with SERIES_TEXT_LENGTHS).
+        ("family_length", ctypes.c_size_t),
+        ("help_length", ctypes.c_size_t),
+        ("label_name_lengths", ctypes.POINTER(ctypes.c_size_t)),
+        ("label_value_lengths", ctypes.POINTER(ctypes.c_size_t)),
     ]
+
+
+def series_spec(kind: int, mode: int, flags: int, family: bytes, help_text: bytes, names: List[bytes],
+                values: List[bytes], bounds: List[float]) -> Tuple[SeriesSpec, tuple]:
+    """A SeriesSpec whose texts are all passed by pointer and length (SERIES_TEXT_LENGTHS), so a NUL inside
+    a label value or the help reaches the segment. The texts are copied into one buffer the spec points
+    into; keep the returned tuple alive until the call returns."""
+    texts = [family, help_text] + [t for pair in zip(names, values) for t in pair]
+    blob = ctypes.create_string_buffer(b"".join(texts), sum(len(t) for t in texts) + 1)
+    base = ctypes.addressof(blob)
+    starts = []
+    at = 0
+    for t in texts:
+        starts.append(base + at)
+        at += len(t)
+    count = len(names)
+    name_ptrs = (ctypes.c_void_p * max(count, 1))(*starts[2::2])
+    value_ptrs = (ctypes.c_void_p * max(count, 1))(*starts[3::2])
+    name_lengths = (ctypes.c_size_t * max(count, 1))(*[len(t) for t in names])
+    value_lengths = (ctypes.c_size_t * max(count, 1))(*[len(t) for t in values])
+    arr = (ctypes.c_double * max(len(bounds), 1))(*bounds)
+    spec = SeriesSpec()
+    spec.struct_size = ctypes.sizeof(SeriesSpec)
+    spec.kind = kind
+    spec.mode = mode
+    spec.flags = flags | SERIES_TEXT_LENGTHS
+    spec.family = ctypes.cast(starts[0], ctypes.c_char_p)
+    spec.help = ctypes.cast(starts[1], ctypes.c_char_p)
+    spec.label_count = count
+    spec.bound_count = len(bounds)
+    spec.label_names = ctypes.cast(name_ptrs, ctypes.POINTER(ctypes.c_char_p))
+    spec.label_values = ctypes.cast(value_ptrs, ctypes.POINTER(ctypes.c_char_p))
+    spec.bounds = ctypes.cast(arr, ctypes.POINTER(ctypes.c_double))
+    spec.family_length = len(family)
+    spec.help_length = len(help_text)
+    spec.label_name_lengths = ctypes.cast(name_lengths, ctypes.POINTER(ctypes.c_size_t))
+    spec.label_value_lengths = ctypes.cast(value_lengths, ctypes.POINTER(ctypes.c_size_t))
+    return spec, (blob, name_ptrs, value_ptrs, name_lengths, value_lengths, arr)
 
 
 @dataclass(frozen=True)
@@ -205,7 +250,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                                      ctypes.c_int, ctypes.c_double)
     c_char_pp = ctypes.POINTER(ctypes.c_char_p)
     u32p = ctypes.POINTER(ctypes.c_uint32)
-    protos = {
+    protos: Dict[str, Tuple[Any, List[Any]]] = {
         "rankstat_identity_init": (None, [ctypes.POINTER(Identity)]),
         "rankstat_open": (c_int, [ctypes.POINTER(Identity), ctypes.POINTER(Geometry), ctypes.POINTER(c_void_p)]),
         "rankstat_open_ex": (c_int, [ctypes.POINTER(Identity), ctypes.POINTER(Geometry), ctypes.POINTER(Permissions),
@@ -237,7 +282,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     }
     # Declared series (layout 2): a library without them still serves the typed snapshot path, so their
     # absence is reported by has_declared_series() instead of failing the load.
-    optional = {
+    optional: Dict[str, Tuple[Any, List[Any]]] = {
         "rankstat_register_series": (c_int, [c_void_p, ctypes.POINTER(SeriesSpec), u32p]),
         "rankstat_gauge_add": (c_int, [c_void_p, c_uint32, c_double]),
         "rankstat_series_value": (c_int, [c_void_p, c_uint32, ctypes.POINTER(c_double)]),
@@ -277,7 +322,7 @@ def _read_layout(lib: ctypes.CDLL) -> Layout:
         fmt = {1: "q", 2: "d"}.get(kind.value)
         if fmt is None:
             raise RankstatLayoutError(f"scheduler field {name.value!r} has unknown type {kind.value}")
-        scalars.append(SnapshotField(name.value.decode(), offset.value, fmt))
+        scalars.append(SnapshotField((name.value or b"").decode(), offset.value, fmt))
         index += 1
     aux: Dict[str, SnapshotField] = {}
     index = 0
@@ -286,7 +331,8 @@ def _read_layout(lib: ctypes.CDLL) -> Layout:
         fmt = {3: "I", 4: "Q"}.get(kind.value)
         if fmt is None:
             raise RankstatLayoutError(f"scheduler member {name.value!r} has unknown type {kind.value}")
-        aux[name.value.decode()] = SnapshotField(name.value.decode(), offset.value, fmt, count.value)
+        member = (name.value or b"").decode()
+        aux[member] = SnapshotField(member, offset.value, fmt, count.value)
         index += 1
     bounds_ptr = ctypes.POINTER(ctypes.c_double)()
     n_bounds = ctypes.c_uint32()

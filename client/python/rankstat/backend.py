@@ -12,7 +12,17 @@ thread's hot-path update, which also holds the GIL, can then never run inside th
 reporter at the same time as a registration.
 
 If the library or the segment cannot be opened the failure is logged once and every metric becomes a
-no-op: SGLang must never see an exception from its metrics.
+no-op: SGLang must never see an exception from its metrics. A segment that could not be created (a full
+/dev/shm, most often) is tried again by a background thread, every 0.5 s at first and every 5 s at
+most, never from an update; once it opens, every series created meanwhile is registered in it and its
+children are bound to it. What they counted while there was no segment is lost (docs/reliability.md).
+
+Footprint: the capacities below cost nothing until used. The segment file has its full size but only
+the pages registrations fill are reserved (shmproto/segment.hpp), so a process starts at about 52 KiB of
+/dev/shm (header, a 32 KiB ring for the gauges' update records, a page per cumulative region) and grows
+by what its series need. A registration refused for room (the shm directory is full, or a capacity is
+used up) is logged with the family's name and counted (here and in the segment, which the daemon
+exports as rankstat_series_registrations_refused_total).
 
 fork() (multiprocessing's fork start method, vLLM's workers, any library that forks): the segment is the
 parent's and stays exactly as the parent has it. The child's copy of the reporter is abandoned
@@ -30,8 +40,9 @@ import ctypes
 import logging
 import os
 import threading
+import time
 import weakref
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _native as n
 
@@ -39,11 +50,17 @@ log = logging.getLogger("rankstat")
 
 NO_SERIES = 0xFFFFFFFF
 
-# Room for SGLang: ~900 series per process at the newest version, histograms with up to 41 buckets and
-# help texts of a few hundred bytes. A segment's pages are only touched when used.
-SERIES_CAPACITY = 4096
-BOUNDS_CAPACITY = 1 << 16
-VALUES_CAPACITY = 1 << 18
+# SGLang declares ~900 series per process at the newest version, histograms with up to 41 buckets and
+# help texts of a few hundred bytes. Capacities cost address space only: pages are reserved as series
+# are registered. The ring carries only the gauges' update records (for the time integrals; a full ring
+# drops records, counted, never values), drained every 2-100 ms: 512 records of room.
+SERIES_CAPACITY = 1 << 15
+BOUNDS_CAPACITY = 1 << 18
+VALUES_CAPACITY = 1 << 21
+RING_BYTES = 32 * 1024
+# Retries of a segment that could not be opened: first after RETRY_FIRST_S, doubling to RETRY_MAX_S.
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
 
 _ROLE_KEYS = ("role", "rank_key", "model_name", "engine_type", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 
@@ -67,11 +84,16 @@ class Segment:
         self._lock = threading.RLock()
         self._hints: Dict[str, Any] = {}
         self._opened = False
-        self.reporter = None  # rankstat.reporter.Reporter once opened (possibly closed on failure)
+        self.reporter: Any = None  # rankstat.reporter.Reporter once opened (possibly closed on failure)
         self.address = 0      # the rankstat_reporter* every Value writes through; 0 = disabled
-        self.calls: Optional[_Calls] = None
+        self.calls: Any = None  # _Calls once opened: the library's functions, bound by name at run time
         self.error = ""
         self.registration_failures = 0
+        self.refused_by_reason: Dict[str, int] = {}  # registration failures by ERROR_NAMES reason
+        self._logged_families: set = set()  # families whose first refusal was logged
+        # Set while the segment could not be opened and a retry thread is trying again.
+        self.retrying = False
+        self.detached_since = 0.0  # time.monotonic() of the first failed open
         # One series per (kind, mode, family, labels, bounds) in the process, as prometheus_client keeps one
         # mmap value per key: a metric built again (vLLM builds a logger twice; tests rebuild collectors)
         # continues the same series instead of adding a second one that a min/max gauge would merge with.
@@ -105,11 +127,93 @@ class Segment:
             self._opened = True
             try:
                 self._open_locked()
+            except _SegmentUnavailable as e:
+                self.error = str(e)
+                self.address = 0
+                self._start_retries()
+                log.warning("rankstat: metrics off in this process until its segment can be created: %s; "
+                            "retried every %g-%g s, and what is counted until then is lost", self.error,
+                            RETRY_FIRST_S, RETRY_MAX_S)
             except Exception as e:  # never into the engine
                 self.error = f"{type(e).__name__}: {e}"
                 self.address = 0
                 log.warning("rankstat: metrics disabled in this process: %s", self.error)
             return self.address
+
+    # --- retrying a segment that could not be created -------------------------------------------------
+
+    def _start_retries(self) -> None:
+        # With self._lock held. One thread per process (a forked child starts its own when it needs one).
+        if self.retrying:
+            return
+        self.retrying = True
+        self.detached_since = time.monotonic()
+        threading.Thread(target=self._retry_loop, args=(os.getpid(),), name="rankstat-segment-retry",
+                         daemon=True).start()
+
+    def _retry_loop(self, pid: int) -> None:
+        delay = RETRY_FIRST_S
+        while True:
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+            if os.getpid() != pid:
+                return
+            try:
+                if self.retry_open():
+                    return
+            except Exception as e:  # never let the thread die with a traceback on the engine's stderr
+                log.debug("rankstat: segment retry failed: %s: %s", type(e).__name__, e)
+
+    def retry_open(self) -> bool:
+        """One more try at the segment; True once it is open (or no longer wanted). On success every series
+        created meanwhile is registered in it and bound to it, from 0, before `retrying` turns False."""
+        from . import metrics  # its lock orders registrations: taken before self._lock, as they do
+        with metrics._registration_lock:
+            with self._lock:
+                if not self.retrying:
+                    return True
+                if self.address:
+                    self.retrying = False
+                    return True
+                try:
+                    self._open_locked()
+                except _SegmentUnavailable as e:
+                    self.error = str(e)
+                    return False
+                except Exception as e:
+                    self.error = f"{type(e).__name__}: {e}"
+                    self.retrying = False
+                    log.warning("rankstat: metrics disabled in this process: %s", self.error)
+                    return True
+                self.error = ""
+                waited = time.monotonic() - self.detached_since
+            try:
+                bound = self._bind_unbound_series(metrics)
+            finally:
+                self.retrying = False
+            log.warning("rankstat: segment opened after %.1f s without one; %d series bound to it from 0 (what "
+                        "they counted meanwhile is lost)", waited, bound)
+            return True
+
+    def _bind_unbound_series(self, metrics) -> int:
+        # With metrics' registration lock held. Series created while there was no segment have address 0
+        # and are not detached (their updates are no-ops in C, with no call into Python). They are bound
+        # the way a forked child binds what it inherited: detached, then re-registered under their keys by
+        # the metric classes' own re-bind (metrics._rebind_inherited), which registers detached series only.
+        unbound: List[Any] = []
+        for family in families():
+            try:
+                found = family._series() if hasattr(family, "_series") else (
+                    list(family._children.values()) + list(getattr(family, "_removed", {}).values()))
+            except Exception:  # a family half-built
+                continue
+            unbound.extend(x for x in found if not x._reporter_address and not x._detached)
+        for series in unbound:
+            series._detach()
+        with self._lock:
+            self.inherited = True
+        metrics._rebind_inherited()
+        return sum(1 for x in unbound if x._reporter_address != 0)
 
     def _open_locked(self) -> None:
         from .reporter import Reporter  # the ctypes Reporter owns open/close and the fork rules
@@ -123,14 +227,16 @@ class Segment:
         ident = self.identity()
         kw = {k: ident[k] for k in _ROLE_KEYS if k in ident}
         reporter = Reporter(series_capacity=SERIES_CAPACITY, bounds_capacity=BOUNDS_CAPACITY,
-                            values_capacity=VALUES_CAPACITY, **kw)
+                            values_capacity=VALUES_CAPACITY, ring_bytes=RING_BYTES, quiet=True, **kw)
         self.reporter = reporter
         if not reporter.is_open:
+            if reporter.error_code in (n.ERR_NO_SPACE, n.ERR_IO, n.ERR_PERMISSION):
+                raise _SegmentUnavailable(reporter.error or "the segment could not be created")
             raise RuntimeError(reporter.error or "the segment could not be opened")
         self.calls = _Calls(lib)
         from . import _accel
         _accel.bind(lib)
-        self.address = reporter._handle
+        self.address = reporter.address
 
     # --- series -----------------------------------------------------------------------------------
 
@@ -140,16 +246,12 @@ class Segment:
         address = self.open()
         if not address:
             return NO_SERIES
-        count = len(labelnames)
-        names = (ctypes.c_char_p * max(count, 1))(*[s.encode() for s in labelnames])
-        values = (ctypes.c_char_p * max(count, 1))(*[s.encode("utf-8", "surrogatepass") for s in labelvalues])
         finite = [b for b in bounds if b != float("inf")]
-        arr = (ctypes.c_double * max(len(finite), 1))(*finite)
-        spec = n.SeriesSpec(ctypes.sizeof(n.SeriesSpec), kind, mode, n.SERIES_OWN_LABELS_ONLY, family.encode(),
-                            help_text.encode("utf-8", "surrogatepass"), count, len(finite),
-                            ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p)),
-                            ctypes.cast(values, ctypes.POINTER(ctypes.c_char_p)),
-                            ctypes.cast(arr, ctypes.POINTER(ctypes.c_double)))
+        # Texts go by length (never as NUL-terminated strings): a NUL inside a label value or the help is
+        # kept, so `a\0b` and `a\0c` stay two series as in prometheus_client.
+        spec, _keep = n.series_spec(kind, mode, n.SERIES_OWN_LABELS_ONLY, family.encode(),
+                                    help_text.encode("utf-8", "surrogatepass"), [s.encode() for s in labelnames],
+                                    [s.encode("utf-8", "surrogatepass") for s in labelvalues], finite)
         out = ctypes.c_uint32(NO_SERIES)
         key = (kind, mode, family, tuple(labelnames), tuple(labelvalues), tuple(finite))
         with self._lock:
@@ -162,11 +264,18 @@ class Segment:
             if rc == n.OK:
                 self._series_ids[key] = out.value
         if rc != n.OK:
+            # Never silent: the first refusal of each family is logged with its name, and after ten the
+            # thousandth ones; the segment counts them by reason too (the daemon exports the count).
+            reason = n.ERROR_NAMES.get(rc, str(rc))
             self.registration_failures += 1
-            if self.registration_failures <= 10 or self.registration_failures % 1000 == 0:
-                log.warning("rankstat: cannot register %s%s (%d failures so far): %s: %s", family,
-                            dict(zip(labelnames, labelvalues)), self.registration_failures,
-                            n.ERROR_NAMES.get(rc, rc), n.last_error(self.reporter._lib))
+            self.refused_by_reason[reason] = self.refused_by_reason.get(reason, 0) + 1
+            first_of_family = family not in self._logged_families
+            if first_of_family or self.registration_failures <= 10 or self.registration_failures % 1000 == 0:
+                self._logged_families.add(family)
+                log.warning("rankstat: cannot register %s%s, its updates are dropped (%d refused so far: %s): "
+                            "%s: %s", family, dict(zip(labelnames, labelvalues)), self.registration_failures,
+                            ", ".join(f"{k} {v}" for k, v in sorted(self.refused_by_reason.items())), reason,
+                            n.last_error(self.reporter._lib))
             return NO_SERIES
         return out.value
 
@@ -233,6 +342,11 @@ class Segment:
         self.error = ""
         self._series_ids = {}
         self.inherited = True
+        self.retrying = False  # the parent's retry thread does not exist here; a failed open starts one
+
+
+class _SegmentUnavailable(Exception):
+    """The segment could not be created for a reason that may pass (no space, descriptors, permissions)."""
 
 
 def identity_from_labels(role: str, labels: Mapping[str, Any]) -> Dict[str, Any]:

@@ -4,32 +4,42 @@ rankstat segment instead of prometheus_client's files.
 They are what an engine's collector classes create through their `_counter_cls` / `_gauge_cls` /
 `_histogram_cls` / `_summary_cls` hooks (SGLang, vLLM, TensorRT-LLM): the same constructor (name,
 documentation, labelnames, namespace, subsystem, unit, registry, multiprocess_mode, buckets; unknown
-keyword arguments are accepted and ignored), the same `labels()` rules and errors, the same child API,
-and the histogram-child internals SGLang's call sites touch (`_buckets[i].inc`, `_sum.inc`,
-`_upper_bounds`, `bucket._value.get()`). Semantics are prometheus_client's multiprocess mode: a
-child exists at zero as soon as it is labelled; `remove()` and `clear()` forget the child but its value
-stays exported; the ten gauge modes mean what they mean there (rankstatd aggregates them).
+keyword arguments are accepted and ignored), the same `labels()` rules and errors, the same methods,
+context managers and decorators (signatures kept), the same exceptions and warnings, and the
+histogram-child internals SGLang's call sites touch (`_buckets[i].inc`, `_sum.inc`, `_upper_bounds`,
+`bucket._value.get()`). Semantics are prometheus_client's multiprocess mode: a child exists at zero as
+soon as it is labelled; `remove()` and `clear()` warn and forget the child but its value stays exported;
+the ten gauge modes mean what they mean there (rankstatd aggregates them). tests/python/test_contract.py
+states the contract case by case; docs/semantics.md lists what differs on purpose.
 
-Each child is one series registered in the segment with the family's exposed name, HELP text, type,
-label names, buckets and mode, so the daemon serves what the engine declared. Updates are one C call
-(`rankstat._accel`: a C extension, or its ctypes twin), made with the GIL held, so threads of one
-process may share metrics. After a fork every family and child keeps working in the child process, in a
-segment of the child's own (rankstat.backend, "fork()").
+A metric object is the family and, unlabelled or as a labelled child, the series, as in prometheus_client:
+labels() builds children with `self.__class__(...)`. Each series is registered in the segment with the
+family's exposed name, HELP text, type, label names, buckets and mode, so the daemon serves what the engine
+declared. Metrics register in prometheus_client's REGISTRY by default when prometheus_client is installed
+(else in this module's REGISTRY), so duplicate names are refused as there. Updates are one C call
+(`rankstat._accel`: a C extension, or its pure-Python twin), made with the GIL held, so threads of one
+process may share metrics. After a fork every metric keeps working in the child process, in a segment of
+the child's own (rankstat.backend, "fork()").
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import inspect
 import logging
 import math
 import os
 import re
+import sys
 import threading
 import time as _time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+import warnings
+from timeit import default_timer
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import backend
-from ._accel import Family, Value
+from ._accel import Cell, Family
 
 INF = float("inf")
 
@@ -58,31 +68,212 @@ def _full_name(kind: str, name: str, namespace: str, subsystem: str, unit: str) 
     if unit and not full.endswith("_" + unit):
         full += "_" + unit
     if not _METRIC_NAME.match(full):
-        raise ValueError("invalid metric name " + full)
+        raise ValueError("Invalid metric name: " + full)
     return full
 
 
 def _label_names(kind: str, name: str, labelnames: Iterable[str], reserved: Tuple[str, ...]) -> Tuple[str, ...]:
-    # Stricter than prometheus_client 0.25's default (which admits any UTF-8): the text format rankstatd
-    # serves needs legacy names, and a duplicate would make two labels of one name.
+    # prometheus_client's checks and messages, plus three refusals of its own (docs/semantics.md): a
+    # string instead of a sequence, a name given twice (two labels of one name are not valid exposition),
+    # and `pid` on a gauge (prometheus_client's multiprocess collector replaces or strips it, so the
+    # value the caller gave is never served).
     if isinstance(labelnames, str):
         raise ValueError(f"{name}: labelnames must be a sequence of label names, not the string {labelnames!r}")
     names = tuple(labelnames)
     seen = set()
     for label in names:
         if not isinstance(label, str) or not _LABEL_NAME.match(label):
-            raise ValueError(f"{name}: invalid label name {label!r}")
-        if label.startswith("__"):
-            raise ValueError(f"{name}: reserved label name {label!r} (names starting with __ are reserved)")
-        if label in reserved:
-            raise ValueError(f"{name}: label name {label!r} is reserved for a {kind}")
+            raise ValueError(f"Invalid label metric name: {label}")
+        if label.startswith("__") or label in reserved:
+            raise ValueError(f"Reserved label metric name: {label}")
+        if kind == "gauge" and label == "pid":
+            raise ValueError(f"{name}: label name 'pid' is refused on a gauge: prometheus_client's multiprocess "
+                             f"mode replaces it with the process id or strips it, so its value would never be served")
         if label in seen:
             raise ValueError(f"{name}: duplicate label name {label!r}")
         seen.add(label)
     return names
 
 
-# --- what the children's internals return -----------------------------------------------------------
+# --- registries: duplicate names refused as prometheus_client's CollectorRegistry refuses them --------
+
+_TYPE_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "summary": ("_sum", "_count", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+}
+
+
+class CollectorRegistry:
+    """Where rankstat's metrics register when prometheus_client is not installed (with it, the default
+    is prometheus_client.REGISTRY, so an engine's unregister() and duplicate checks see them). Same rule:
+    a collector claims every name it describes plus its type's sample suffixes, and a second collector
+    claiming any of them is refused with "Duplicated timeseries in CollectorRegistry"."""
+
+    def __init__(self) -> None:
+        self._collector_to_names: Dict[Any, List[str]] = {}
+        self._names_to_collectors: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def register(self, collector) -> None:
+        with self._lock:
+            names = self._get_names(collector)
+            duplicates = set(self._names_to_collectors).intersection(names)
+            if duplicates:
+                raise ValueError(f"Duplicated timeseries in CollectorRegistry: {duplicates}")
+            for name in names:
+                self._names_to_collectors[name] = collector
+            self._collector_to_names[collector] = names
+
+    def unregister(self, collector) -> None:
+        with self._lock:
+            for name in self._collector_to_names[collector]:
+                del self._names_to_collectors[name]
+            del self._collector_to_names[collector]
+
+    @staticmethod
+    def _get_names(collector) -> List[str]:
+        describe = getattr(collector, "describe", None)
+        if describe is None:
+            return []
+        result = []
+        for metric in describe():
+            result.append(metric.name)
+            result.extend(metric.name + suffix for suffix in _TYPE_SUFFIXES.get(metric.type, ()))
+        return result
+
+    def collect(self):
+        with self._lock:
+            collectors = list(self._collector_to_names)
+        for collector in collectors:
+            yield from collector.collect()
+
+
+def _default_registry():
+    try:
+        from prometheus_client import REGISTRY as found  # the engines' own default registry
+        return found
+    except ImportError:
+        return CollectorRegistry()
+
+
+REGISTRY = _default_registry()
+
+
+class _DefaultRegistry:
+    """The `registry=` default: REGISTRY above for code that builds metrics itself, as prometheus_client's
+    default; none while rankstat's engine adapters have swapped prometheus_client's classes for rankstat's
+    (an SGLang collector's or a vLLM logger's constructor). Engines build those through their metric-class
+    hooks, made for classes that register nowhere (vLLM's Ray wrappers), and may build a logger twice
+    without unregistering. A conflicting declaration is refused there too (_claim_declaration)."""
+
+    def __repr__(self) -> str:
+        return "REGISTRY"
+
+    @staticmethod
+    def resolve():
+        found = sys.modules.get("prometheus_client")
+        if found is not None and getattr(found, "Counter", None) is Counter:
+            return None
+        return REGISTRY
+
+
+_DEFAULT_REGISTRY = _DefaultRegistry()
+
+# Every name a family declared in this process claims (as a registry counts them: a counter claims foo,
+# foo_total and foo_created, ...) -> its declaration (type, gauge mode, bucket bounds). The segment holds
+# every declaration for the life of the process, so a second one that disagrees is refused whatever the
+# registry: one family, one declaration (docs/semantics.md). Guarded by _registration_lock.
+_declarations: Dict[str, Tuple[Any, ...]] = {}
+
+
+def _claimed_names(metric) -> List[str]:
+    return [metric._name] + [metric._name + suffix for suffix in _TYPE_SUFFIXES.get(metric._type, ())]
+
+
+def _conflicts(metric) -> set:
+    declaration = (metric._type, metric._mode(), tuple(metric._bounds()))
+    return {name for name in _claimed_names(metric)
+            if _declarations.get(name, declaration) != declaration}
+
+
+def _claim_declaration(metric) -> None:
+    declaration = (metric._type, metric._mode(), tuple(metric._bounds()))
+    for name in _claimed_names(metric):
+        _declarations.setdefault(name, declaration)
+
+
+class _Described:
+    """What describe()/collect() return without prometheus_client: name, documentation, type, unit,
+    samples (name, labels, value, timestamp, exemplar)."""
+
+    def __init__(self, name: str, documentation: str, typ: str, unit: str = ""):
+        self.name, self.documentation, self.type, self.unit = name, documentation, typ, unit
+        self.samples: List[tuple] = []
+
+    def add_sample(self, name, labels, value, timestamp=None, exemplar=None):
+        self.samples.append((name, labels, value, timestamp, exemplar))
+
+
+def _metric_family(name: str, documentation: str, typ: str, unit: str):
+    try:
+        from prometheus_client.metrics_core import Metric
+        return Metric(name, documentation, typ, unit)
+    except ImportError:
+        return _Described(name, documentation, typ, unit)
+
+
+# --- decorators that keep the decorated function's signature -----------------------------------------
+
+def _decorate(func: Callable, caller: Callable) -> Callable:
+    """A function with `func`'s exact signature (inspect.signature and getfullargspec alike, as the
+    `decorator` package prometheus_client uses gives) whose body is `caller(func, *args, **kwargs)`.
+    Callables without a Python signature are wrapped with functools.wraps."""
+    try:
+        sig = inspect.signature(func, follow_wrapped=False)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is None or not isinstance(func, type(_decorate)):
+        @functools.wraps(func)
+        def plain(*args, **kwargs):
+            return caller(func, *args, **kwargs)
+        return plain
+    # The parameter list without defaults or annotations (those are copied onto the new function below).
+    bare = sig.replace(parameters=[p.replace(default=p.empty, annotation=p.empty) for p in sig.parameters.values()],
+                       return_annotation=sig.empty)
+    call = []
+    for p in sig.parameters.values():
+        if p.kind == p.VAR_POSITIONAL:
+            call.append("*" + p.name)
+        elif p.kind == p.KEYWORD_ONLY:
+            call.append(f"{p.name}={p.name}")
+        elif p.kind == p.VAR_KEYWORD:
+            call.append("**" + p.name)
+        else:
+            call.append(p.name)
+    names = set(sig.parameters)
+    call_name, func_name = "_call_", "_func_"
+    while call_name in names or func_name in names:
+        call_name, func_name = call_name + "_", func_name + "_"
+    prefix = "async def" if inspect.iscoroutinefunction(func) else "def"
+    body = f"return {call_name}({', '.join([func_name] + call)})"
+    if prefix == "async def":
+        body = "return await " + body[len("return "):]
+    source = f"{prefix} {func.__name__ if func.__name__.isidentifier() else 'wrapped'}{bare}:\n    {body}\n"
+    namespace: Dict[str, Any] = {call_name: caller, func_name: func}
+    exec(compile(source, f"<rankstat decorator of {func.__qualname__}>", "exec"), namespace)
+    wrapped = namespace[func.__name__ if func.__name__.isidentifier() else "wrapped"]
+    wrapped.__defaults__ = func.__defaults__
+    wrapped.__kwdefaults__ = func.__kwdefaults__
+    wrapped.__annotations__ = dict(getattr(func, "__annotations__", {}))
+    wrapped.__name__ = func.__name__
+    wrapped.__qualname__ = func.__qualname__
+    wrapped.__doc__ = func.__doc__
+    wrapped.__module__ = func.__module__
+    wrapped.__dict__.update(func.__dict__)
+    wrapped.__wrapped__ = func
+    return wrapped
+
 
 class _Reading:
     """A counter's or gauge's series as prometheus_client's ValueClass (`child._value`): `.get()`,
@@ -118,39 +309,28 @@ class _Number(float):
         return float(self)
 
 
-class _Bucket:
-    """One histogram bucket (non-cumulative count), as prometheus_client's `child._buckets[i]`."""
+class _Bucket(Cell):
+    """One histogram bucket (non-cumulative count), as prometheus_client's `child._buckets[i]`: inc() is the
+    C cell's (one call into librankstat, rankstat._accel.Cell), reads go through the segment."""
 
-    __slots__ = ("_child", "_index")
-
-    def __init__(self, child, index: int):
-        self._child, self._index = child, index
+    __slots__ = ()
 
     @property
     def _value(self) -> _Number:
         return _Number(self.get())
-
-    def inc(self, amount: float = 1) -> None:
-        backend.segment().bucket_add(self._child, self._index, amount)
 
     def get(self) -> float:
         return backend.segment().bucket(self._child, self._index)
 
 
-class _Sum:
-    """A histogram's or summary's sum, as prometheus_client's `child._sum`."""
+class _Sum(Cell):
+    """A histogram's or summary's sum, as prometheus_client's `child._sum` (built with index -1): inc() in C."""
 
-    __slots__ = ("_child",)
-
-    def __init__(self, child):
-        self._child = child
+    __slots__ = ()
 
     @property
     def _value(self) -> _Number:
         return _Number(self.get())
-
-    def inc(self, amount: float = 1) -> None:
-        backend.segment().add_sum(self._child, amount)
 
     def get(self) -> float:
         return backend.segment().value(self._child)
@@ -172,158 +352,87 @@ class _SummaryCount:
 
 # --- timing helpers (decorator or context manager, like prometheus_client's) -------------------------
 
-class _Timer:
-    def __init__(self, record):
-        self._record = record
-        self._start = 0.0
+class Timer:
+    """`metric.time()`: a context manager (entering gives the Timer; `t.labels(...)` inside the block picks
+    the child the duration goes to) or a decorator (a new Timer per call, so calls may nest or run in
+    threads). The duration, never negative, goes to `getattr(metric, callback_name)` at exit."""
 
-    def __enter__(self):
-        self._start = _time.perf_counter()
+    def __init__(self, metric, callback_name: str):
+        self._metric = metric
+        self._callback_name = callback_name
+
+    def _new_timer(self) -> "Timer":
+        return self.__class__(self._metric, self._callback_name)
+
+    def __enter__(self) -> "Timer":
+        self._start = default_timer()
         return self
 
-    def __exit__(self, *exc):
-        self._record(max(_time.perf_counter() - self._start, 0.0))
+    def __exit__(self, typ, value, traceback) -> None:
+        duration = max(default_timer() - self._start, 0)
+        getattr(self._metric, self._callback_name)(duration)
 
-    def labels(self, *args, **kw):  # prometheus_client allows timing a labelled metric's child later
-        raise ValueError("time() must be called on a labelled child")
+    def labels(self, *args, **kw) -> None:
+        self._metric = self._metric.labels(*args, **kw)
 
     def __call__(self, f):
-        @functools.wraps(f)
-        def wrapped(*args, **kw):
-            with _Timer(self._record):
-                return f(*args, **kw)
-        return wrapped
+        def wrapped(func, *args, **kwargs):
+            with self._new_timer():
+                return func(*args, **kwargs)
+        return _decorate(f, wrapped)
 
 
-class _InProgress:
+class InprogressTracker:
+    """`gauge.track_inprogress()`: +1 on entry, -1 on exit; a context manager or a decorator."""
+
     def __init__(self, gauge):
         self._gauge = gauge
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self._gauge.inc()
 
-    def __exit__(self, *exc):
+    def __exit__(self, typ, value, traceback) -> None:
         self._gauge.dec()
 
     def __call__(self, f):
-        @functools.wraps(f)
-        def wrapped(*args, **kw):
+        def wrapped(func, *args, **kwargs):
             with self:
-                return f(*args, **kw)
-        return wrapped
+                return func(*args, **kwargs)
+        return _decorate(f, wrapped)
 
 
-class _ExceptionCounter:
+class ExceptionCounter:
+    """`counter.count_exceptions(exception=Exception)`: +1 when an exception of that type (or tuple of
+    types) leaves the block or function; the exception is never swallowed."""
+
     def __init__(self, counter, exception):
-        self._counter, self._exception = counter, exception
+        self._counter = counter
+        self._exception = exception
 
-    def __enter__(self):
-        return self
+    def __enter__(self) -> None:
+        pass
 
-    def __exit__(self, typ, value, tb):
+    def __exit__(self, typ, value, traceback) -> None:
         if isinstance(value, self._exception):
-            self._counter.inc()
-        return False
+            self._counter.inc()  # and the exception goes on
 
     def __call__(self, f):
-        @functools.wraps(f)
-        def wrapped(*args, **kw):
+        def wrapped(func, *args, **kwargs):
             with self:
-                return f(*args, **kw)
-        return wrapped
+                return func(*args, **kwargs)
+        return _decorate(f, wrapped)
 
 
-# --- children: one registered series each ------------------------------------------------------------
-# Value (rankstat._accel) carries the hot-path methods in C; these subclasses add prometheus_client's
-# helpers and internals, which are cold.
+class _Absent:
+    """A method the metric type does not have (Value carries every kind's updates in C): looking it up
+    raises AttributeError, so hasattr() answers as it does on prometheus_client's classes."""
 
-class _Child(Value):
-    """What every child shares: after a fork, its next update or read binds it in the child's segment.
-    `_family` (set by the family that made it) keeps that family tracked while the child is in use."""
+    def __set_name__(self, owner, name):
+        self._name = name
 
-    def _rebind(self) -> None:
-        # Called by Value (C or Python) before the first update of a detached child, and by the reads.
-        try:
-            _rebind_inherited()
-        except Exception as e:  # never into the engine: the child's updates become no-ops
-            log.warning("rankstat: cannot re-bind metrics after fork: %s: %s", type(e).__name__, e)
-        if self._detached:  # not reachable from any family: nothing to register it under
-            self._reporter_address = 0
-
-
-class CounterChild(_Child):
-    @property
-    def _value(self):
-        return _Reading(self)
-
-    def count_exceptions(self, exception=Exception):
-        return _ExceptionCounter(self, exception)
-
-    def get(self) -> float:
-        return backend.segment().value(self)
-
-
-class GaugeChild(_Child):
-    @property
-    def _value(self):
-        return _Reading(self)
-
-    def set_to_current_time(self) -> None:
-        self.set(_time.time())
-
-    def track_inprogress(self):
-        return _InProgress(self)
-
-    def time(self):
-        return _Timer(self.set)
-
-    def set_function(self, f) -> None:
-        # prometheus_client in multiprocess mode accepts the callback but exports only the files' values;
-        # the segment likewise keeps the last value set.
-        self._function = f
-
-    def get(self) -> float:
-        return backend.segment().value(self)
-
-
-class MostRecentGaugeChild(GaugeChild):
-    def inc(self, amount: float = 1) -> None:
-        raise RuntimeError("inc must not be used with the mostrecent mode")
-
-    def dec(self, amount: float = 1) -> None:
-        raise RuntimeError("dec must not be used with the mostrecent mode")
-
-
-class HistogramChild(_Child):
-    # _upper_bounds is set per child (a list, as prometheus_client's).
-
-    @property
-    def _buckets(self) -> List[_Bucket]:
-        found = self.__dict__.get("_bucket_list")
-        if found is None:
-            found = [_Bucket(self, i) for i in range(len(self._upper_bounds))]
-            self.__dict__["_bucket_list"] = found
-        return found
-
-    @property
-    def _sum(self) -> _Sum:
-        return _Sum(self)
-
-    def time(self):
-        return _Timer(self.observe)
-
-
-class SummaryChild(_Child):
-    @property
-    def _sum(self) -> _Sum:
-        return _Sum(self)
-
-    @property
-    def _count(self) -> _SummaryCount:
-        return _SummaryCount(self)
-
-    def time(self):
-        return _Timer(self.observe)
+    def __get__(self, obj, owner=None):
+        raise AttributeError(f"'{owner.__name__ if obj is None else type(obj).__name__}' object has no "
+                             f"attribute '{self._name}'")
 
 
 _registration_lock = threading.RLock()
@@ -340,7 +449,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _rebind_inherited() -> None:
-    """In a forked child, once: every child the process inherited is registered in the child's own segment
+    """In a forked child, once: every series the process inherited is registered in the child's own segment
     (opened now) and written there from now on, starting from 0. prometheus_client does the same when a
     value first sees a new pid: every value re-reads its key from the child's own file (0), so every
     inherited series exists in the child from its first metric call on. The parent's totals are the
@@ -356,34 +465,63 @@ def _rebind_inherited() -> None:
                 log.warning("rankstat: cannot re-bind %r after fork: %s: %s", family, type(e).__name__, e)
 
 
-# --- families ----------------------------------------------------------------------------------------
+def _multiprocess_warning(message: str) -> None:
+    # rankstat is always prometheus_client's multiprocess mode, which warns here (the value stays exported).
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+# --- metrics -----------------------------------------------------------------------------------------
+# A metric object is a Family (labels() in C) and a Value (inc/dec/set/observe in C) at once, as
+# prometheus_client's metric objects are the family and, unlabelled or as a labelled child, the series:
+# labels() builds each child with `self.__class__(...)`, so a subclass's children are instances of the
+# subclass, its __init__ included. A labelled parent is bound to no series: its updates raise
+# prometheus_client's "missing label values" ValueError, in C.
 
 class _Metric(Family):
-    _type = ""
+    _type = ""  # "counter", "gauge", "summary" or "histogram" in each class
+    _children: Dict[Tuple[str, ...], Any]
     _kind = 0
     _reserved_labelnames: Tuple[str, ...] = ()
-    _child_class: type = Value
 
-    def __init__(self, name: str, documentation: str = "", labelnames: Iterable[str] = (), namespace: str = "",
-                 subsystem: str = "", unit: str = "", registry: Any = None, _labelvalues: Optional[Sequence[str]] = None,
-                 **ignored: Any):
-        self._original_name = name
-        self._namespace, self._subsystem, self._unit = namespace, subsystem, unit
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
+                 subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
+                 _labelvalues: Optional[Sequence[str]] = None, **ignored: Any):
         self._name = _full_name(self._type, name, namespace, subsystem, unit)
         self._labelnames = _label_names(self._type, self._name, labelnames, self._reserved_labelnames)
-        self._documentation = "" if documentation is None else str(documentation)
-        self._children = {}
-        self._removed: Dict[Tuple[str, ...], Any] = {}
-        self._default = None
-        backend.track_family(self)
-        if _labelvalues:
-            # prometheus_client builds a child this way; here it is the parent's child, used directly.
-            values = tuple(str(v) for v in _labelvalues)
-            if len(values) != len(self._labelnames):
-                raise ValueError("Incorrect label count")
-            self._default = self._new_child(values)
-        elif not self._labelnames:
-            self._default = self._new_child(())
+        self._labelvalues = tuple(_labelvalues or ())
+        self._kwargs: Dict[str, Any] = {}
+        self._documentation = documentation
+        self._unit = unit
+        if self._labelvalues and len(self._labelvalues) != len(self._labelnames):
+            raise ValueError("Incorrect label count")
+        if not self._labelvalues:
+            # Both checks before anything reaches the segment: a refused duplicate declares nothing there.
+            if registry is _DEFAULT_REGISTRY:
+                registry = _DEFAULT_REGISTRY.resolve()
+            with _registration_lock:
+                clashes = _conflicts(self)
+                if clashes:
+                    raise ValueError(f"Duplicated timeseries in CollectorRegistry: {clashes}")
+                if registry:
+                    registry.register(self)
+                _claim_declaration(self)
+            backend.track_family(self)
+        if self._is_parent():
+            self._removed: Dict[Tuple[str, ...], Any] = {}
+            self._bind(None, 0, self._kind)
+        else:
+            self._metric_init()
+
+    # prometheus_client's predicates
+    def _is_observable(self) -> bool:
+        return not self._labelnames or bool(self._labelvalues)
+
+    def _is_parent(self) -> bool:
+        return bool(self._labelnames) and not self._labelvalues
+
+    def _raise_if_not_observable(self) -> None:
+        if not self._is_observable():
+            raise ValueError(f"{self._type} metric is missing label values")
 
     # What the segment exposes as the family name (the text format's; a counter's carries _total).
     @property
@@ -396,52 +534,64 @@ class _Metric(Family):
     def _bounds(self) -> Sequence[float]:
         return ()
 
-    def _new_child(self, key: Tuple[str, ...]):
-        with _registration_lock:  # two threads labelling one new key must get one series
-            child = self._children.get(key)
-            if child is not None:
-                return child
+    def _metric_init(self) -> None:
+        """Registers this object's series (an unlabelled metric or a labelled child) in the process's
+        segment and binds it; address 0 (no segment, or the segment refused the series) makes every update
+        a no-op."""
+        with _registration_lock:
             seg = backend.segment()
             if seg.inherited:  # a forked child's first new series: the inherited ones are bound first
                 _rebind_inherited()
+            sid = self._series_id_in(seg)
+            self._bind(seg.address if sid != backend.NO_SERIES else 0, sid, self._kind)
+        self._created = _time.time()
+
+    def _series_id_in(self, seg) -> int:
+        return seg.register(self._kind, self._mode(), self._exposed_name, self._documentation_text(),
+                            self._labelnames, self._labelvalues, self._bounds())
+
+    def _documentation_text(self) -> str:
+        return "" if self._documentation is None else str(self._documentation)
+
+    def _new_child(self, key: Tuple[str, ...]):
+        # Called by labels() (C) on a miss, with the tuple of str label values.
+        with _registration_lock:  # two threads labelling one new key must get one child
+            child = self._children.get(key)
+            if child is not None:
+                return child
             child = self._removed.pop(key, None)
             if child is None:
-                sid = self._series_id_in(seg, key)
-                # Address 0 makes every update a no-op: a series the segment could not take, or no segment.
-                child = self._child_class(seg.address if sid != backend.NO_SERIES else 0, sid, self._kind)
-                child._family = self
-                self._init_child(child)
+                child = self.__class__(self._name, documentation=self._documentation, labelnames=self._labelnames,
+                                       unit=self._unit, _labelvalues=key, **self._kwargs)
+                child._parent = self  # keeps the family tracked (fork re-binding) while the child is in use
             self._children[key] = child
             return child
 
-    def _series_id_in(self, seg, key: Tuple[str, ...]) -> int:
-        return seg.register(self._kind, self._mode(), self._exposed_name, self._documentation, self._labelnames,
-                            key, self._bounds())
-
-    def _init_child(self, child) -> None:
-        pass
-
-    def _only(self):
-        child = self._default
-        if child is None:
-            if self._labelnames:
-                raise ValueError(f"{self._type} metric is missing label values")
-            child = self._default = self._new_child(())
-        return child
+    def _rebind(self) -> None:
+        # Called by Value (C or Python) before the first update of a detached series, and by the reads.
+        try:
+            _rebind_inherited()
+        except Exception as e:  # never into the engine: the series' updates become no-ops
+            log.warning("rankstat: cannot re-bind metrics after fork: %s: %s", type(e).__name__, e)
+        if self._detached:  # not reachable from any family: nothing to register it under
+            self._bind(0, self._series_id)
 
     def remove(self, *labelvalues: Any) -> None:
+        _multiprocess_warning("Removal of labels has not been implemented in multi-process mode yet.")
         if not self._labelnames:
             raise ValueError(f"No label names were set when constructing {self}")
         if len(labelvalues) != len(self._labelnames):
             raise ValueError(f"Incorrect label count (expected {len(self._labelnames)}, got {labelvalues})")
         key = tuple(str(v) for v in labelvalues)
-        child = self._children.pop(key, None)
-        if child is not None:
-            # As in prometheus_client's multiprocess mode the value stays exported; labelling the same
-            # values again continues the same series.
-            self._removed[key] = child
+        with _registration_lock:
+            child = self._children.pop(key, None)
+            if child is not None:
+                # As in prometheus_client's multiprocess mode the value stays exported; labelling the same
+                # values again continues the same series.
+                self._removed[key] = child
 
     def remove_by_labels(self, labels: Dict[str, Any]) -> None:
+        _multiprocess_warning("Removal of labels has not been implemented in multi-process mode yet.")
         if not self._labelnames:
             raise ValueError(f"No label names were set when constructing {self}")
         if not isinstance(labels, dict):
@@ -450,31 +600,62 @@ class _Metric(Family):
         if invalid:
             raise ValueError(f"Unknown label names: {invalid}; expected {self._labelnames}")
         want = {self._labelnames.index(k): str(v) for k, v in labels.items()}
-        for key in [k for k in self._children if all(k[i] == v for i, v in want.items())]:
-            self._removed[key] = self._children.pop(key)
+        with _registration_lock:
+            for key in [k for k in self._children if all(k[i] == v for i, v in want.items())]:
+                self._removed[key] = self._children.pop(key)
 
     def clear(self) -> None:
-        self._removed.update(self._children)
-        self._children.clear()
+        _multiprocess_warning("Clearing labels has not been implemented in multi-process mode yet")
+        with _registration_lock:
+            if self._is_parent():
+                self._removed.update(self._children)
+            self._children = {}
+
+    def _series(self) -> list:
+        """This object's series: itself when observable, else its children (current and removed)."""
+        if not self._is_parent():
+            return [self]
+        return list(self._children.values()) + list(getattr(self, "_removed", {}).values())
 
     def _detach_children_after_fork(self) -> None:
-        # In the child, right after fork(): the children keep their place (labels() and held references
-        # return the same objects, as prometheus_client's do) but never write into the parent's segment.
-        for child in list(self._children.values()) + list(getattr(self, "_removed", {}).values()):
-            child._detach()
+        # In the child, right after fork(): every series keeps its place (labels() and held references
+        # return the same objects, as prometheus_client's do) but never writes into the parent's segment.
+        for series in self._series():
+            series._detach()
 
     def _rebind_children(self, seg) -> None:
         # With _registration_lock held (_rebind_inherited).
-        for key, child in list(self._children.items()) + list(getattr(self, "_removed", {}).items()):
-            if child._detached:
-                sid = self._series_id_in(seg, key)
-                child._bind(seg.address if sid != backend.NO_SERIES else 0, sid)
+        for series in self._series():
+            if series._detached:
+                sid = series._series_id_in(seg)
+                series._bind(seg.address if sid != backend.NO_SERIES else 0, sid)
+
+    # --- the registry's and collect()'s view ---------------------------------------------------------
 
     def describe(self):
-        return []
+        return [_metric_family(self._name, self._documentation, self._type, self._unit)]
 
     def collect(self):
+        """This process's own values (prometheus_client's metric collect() in multiprocess mode reads this
+        process's values alike); the cross-process aggregate is what rankstatd serves."""
+        metric = _metric_family(self._name, self._documentation, self._type, self._unit)
+        with _registration_lock:
+            children = [(dict(zip(self._labelnames, s._labelvalues)), s) for s in (
+                list(self._children.values()) if self._is_parent() else [self])]
+        for labels, series in children:
+            for suffix, extra, value in series._child_samples():
+                metric.add_sample(self._name + suffix, dict(labels, **extra), value)
+        return [metric]
+
+    def _child_samples(self):
         return []
+
+    @property
+    def _metrics(self) -> dict:
+        """prometheus_client's name for a parent's children (label values -> child)."""
+        if not self._is_parent():
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '_metrics'")
+        return self._children
 
     def __str__(self) -> str:
         return f"{self._type}:{self._name}"
@@ -483,127 +664,239 @@ class _Metric(Family):
         return f"{type(self).__module__}.{type(self).__name__}({self._name})"
 
 
+_reset_function: List[Any] = []
+
+
+def _counter_reset(address: int, series_id: int) -> None:
+    # rankstat_counter_reset through a PyDLL handle (the GIL stays held, as for every update: the reporter
+    # is single-writer). Cold: only Counter.reset() calls it.
+    if not _reset_function:
+        lib = backend.segment().reporter._lib
+        fn = getattr(ctypes.PyDLL(lib._name, handle=lib._handle), "rankstat_counter_reset", None)
+        if fn is None:
+            raise RuntimeError("the rankstat library lacks rankstat_counter_reset: it is older than this package")
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32]
+        _reset_function.append(fn)
+    _reset_function[0](address, series_id)
+
+
+def _value_of(metric) -> "_Reading":
+    if metric._is_parent():
+        raise AttributeError(f"'{type(metric).__name__}' object has no attribute '_value'")
+    return _Reading(metric)
+
+
 class Counter(_Metric):
+    """prometheus_client's Counter: inc(amount=1, exemplar=None) (C), count_exceptions(), reset()."""
+
     _type = "counter"
     _kind = KIND_COUNTER
-    _child_class = CounterChild
+    dec = _Absent()
+    set = _Absent()
+    observe = _Absent()
 
     @property
     def _exposed_name(self) -> str:
         return self._name + "_total"
 
-    def inc(self, amount: float = 1, exemplar: Optional[Dict[str, str]] = None) -> None:
-        self._only().inc(amount)
+    def reset(self) -> None:
+        """This process's total back to 0, as prometheus_client's reset() sets its own value to 0 (the
+        other processes' totals are theirs)."""
+        if self._is_parent():
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '_value'")
+        if self._detached:
+            self._rebind()
+        address = self._reporter_address
+        if address:
+            _counter_reset(address, self._series_id)
+        self._created = _time.time()
 
-    def count_exceptions(self, exception=Exception):
-        return _ExceptionCounter(self._only(), exception)
+    def count_exceptions(self, exception=Exception) -> ExceptionCounter:
+        self._raise_if_not_observable()
+        return ExceptionCounter(self, exception)
 
     @property
     def _value(self):
-        return self._only()._value
+        return _value_of(self)
+
+    def get(self) -> float:
+        return backend.segment().value(self)
+
+    def _child_samples(self):
+        return [("_total", {}, backend.segment().value(self))] + _created_sample(self)
 
 
 class Gauge(_Metric):
+    """prometheus_client's Gauge in multiprocess mode: inc/dec/set (C), the ten multiprocess modes."""
+
     _type = "gauge"
     _kind = KIND_GAUGE
     _MULTIPROC_MODES = frozenset(MODES)
+    _MOST_RECENT_MODES = frozenset(_MOST_RECENT)
+    observe = _Absent()
 
-    def __init__(self, name: str, documentation: str = "", labelnames: Iterable[str] = (), namespace: str = "",
-                 subsystem: str = "", unit: str = "", registry: Any = None, _labelvalues: Optional[Sequence[str]] = None,
-                 multiprocess_mode: str = "all", **ignored: Any):
-        if multiprocess_mode not in MODES:
-            raise ValueError("Invalid multiprocess mode: " + str(multiprocess_mode))
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
+                 subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
+                 _labelvalues: Optional[Sequence[str]] = None, multiprocess_mode: str = "all", **ignored: Any):
         self._multiprocess_mode = multiprocess_mode
-        self._child_class = MostRecentGaugeChild if multiprocess_mode in _MOST_RECENT else GaugeChild
+        if multiprocess_mode not in self._MULTIPROC_MODES:
+            raise ValueError("Invalid multiprocess mode: " + str(multiprocess_mode))
+        self._is_most_recent = multiprocess_mode in self._MOST_RECENT_MODES
+        if self._is_most_recent:
+            # prometheus_client refuses these before anything else; an instance attribute shadows the C
+            # methods for this object only.
+            self.inc = functools.partial(_most_recent_refusal, "inc")
+            self.dec = functools.partial(_most_recent_refusal, "dec")
         super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues)
+        self._kwargs["multiprocess_mode"] = self._multiprocess_mode
 
     def _mode(self) -> int:
         return MODES[self._multiprocess_mode]
 
-    def inc(self, amount: float = 1) -> None:
-        self._only().inc(amount)
-
-    def dec(self, amount: float = 1) -> None:
-        self._only().dec(amount)
-
-    def set(self, value: float) -> None:
-        self._only().set(value)
-
     def set_to_current_time(self) -> None:
-        self._only().set_to_current_time()
+        self.set(_time.time())
 
-    def track_inprogress(self):
-        return self._only().track_inprogress()
+    def track_inprogress(self) -> InprogressTracker:
+        self._raise_if_not_observable()
+        return InprogressTracker(self)
 
-    def time(self):
-        # prometheus_client resolves the child at exit; an unlabelled gauge has one.
-        return _Timer(lambda seconds: self.set(seconds))
+    def time(self) -> Timer:
+        return Timer(self, "set")
 
-    def set_function(self, f) -> None:
-        self._only().set_function(f)
+    def set_function(self, f: Callable[[], float]) -> None:
+        # prometheus_client's multiprocess collector reads the processes' files and never calls the
+        # function; its files keep the last value set. The segment likewise keeps the last value set.
+        self._raise_if_not_observable()
+        self._function = f
 
     @property
     def _value(self):
-        return self._only()._value
+        return _value_of(self)
+
+    def get(self) -> float:
+        return backend.segment().value(self)
+
+    def _child_samples(self):
+        # As prometheus_client's own collect(): a set_function callback gives the value (its multiprocess
+        # collector, like rankstatd, serves the last value set instead).
+        f = getattr(self, "_function", None)
+        return [("", {}, float(f()) if f is not None else backend.segment().value(self))]
 
 
-class _Distribution(_Metric):
-    """What histograms and summaries share: observations, the timer, the sum."""
+def _most_recent_refusal(method: str, amount: float = 1) -> None:
+    raise RuntimeError(f"{method} must not be used with the mostrecent mode")
 
-    def observe(self, amount: float, exemplar: Optional[Dict[str, str]] = None) -> None:
-        self._only().observe(amount)
 
-    def time(self):
-        return _Timer(lambda seconds: self.observe(seconds))
+class Summary(_Metric):
+    """prometheus_client's Summary: observe(amount) (C), time(); count and sum, no quantiles."""
+
+    _type = "summary"
+    _kind = KIND_SUMMARY
+    _reserved_labelnames = ("quantile",)
+    inc = _Absent()
+    dec = _Absent()
+    set = _Absent()
+
+    def time(self) -> Timer:
+        return Timer(self, "observe")
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        # An instance attribute, built once per series (a labelled parent has none: AttributeError, as in
+        # prometheus_client): `child._sum.inc(v)` is an attribute read and one C call.
+        self._sum = _Sum(self, -1)
 
     @property
-    def _sum(self):
-        return self._only()._sum
+    def _count(self) -> _SummaryCount:
+        if self._is_parent():
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '_count'")
+        return _SummaryCount(self)
+
+    def _child_samples(self):
+        seg = backend.segment()
+        return [("_count", {}, seg.bucket(self, 0)), ("_sum", {}, seg.value(self))] + _created_sample(self)
 
 
-class Histogram(_Distribution):
+def _created_sample(metric) -> list:
+    # prometheus_client's collect() adds <name>_created unless PROMETHEUS_DISABLE_CREATED_SERIES is set.
+    if os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() in ("true", "1", "t"):
+        return []
+    return [("_created", {}, getattr(metric, "_created", 0.0))]
+
+
+def _go_float(b: float) -> str:
+    try:
+        from prometheus_client.utils import floatToGoString
+        return floatToGoString(b)
+    except ImportError:
+        pass
+    if b == INF:
+        return "+Inf"
+    if b == -INF:
+        return "-Inf"
+    return repr(float(b))
+
+
+class Histogram(_Metric):
+    """prometheus_client's Histogram: observe(amount, exemplar=None) (C), time(), and the child internals
+    SGLang touches (`_upper_bounds`, `_buckets[i].inc`, `_sum.inc`)."""
+
     _type = "histogram"
     _kind = KIND_HISTOGRAM
     _reserved_labelnames = ("le",)
-    _child_class = HistogramChild
     DEFAULT_BUCKETS = DEFAULT_BUCKETS
+    inc = _Absent()
+    dec = _Absent()
+    set = _Absent()
 
-    def __init__(self, name: str, documentation: str = "", labelnames: Iterable[str] = (), namespace: str = "",
-                 subsystem: str = "", unit: str = "", registry: Any = None, _labelvalues: Optional[Sequence[str]] = None,
-                 buckets: Sequence[Any] = DEFAULT_BUCKETS, **ignored: Any):
-        bounds = [float(b) for b in buckets]
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
+                 subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
+                 _labelvalues: Optional[Sequence[str]] = None, buckets: Sequence[Any] = DEFAULT_BUCKETS,
+                 **ignored: Any):
+        self._prepare_buckets(buckets)
+        super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues)
+        self._kwargs["buckets"] = buckets
+
+    def _prepare_buckets(self, source_buckets: Sequence[Any]) -> None:
+        bounds = [float(b) for b in source_buckets]
         if bounds != sorted(bounds):
             raise ValueError("Buckets not in sorted order")
         if bounds and bounds[-1] != INF:
             bounds.append(INF)
         if len(bounds) < 2:
             raise ValueError("Must have at least two buckets")
+        # prometheus_client takes NaN bounds (sorted() cannot place them); no Prometheus reader can use
+        # them, so rankstat refuses them (docs/semantics.md).
         if any(math.isnan(b) for b in bounds):
             raise ValueError("Buckets must not be NaN")
         self._upper_bounds = bounds
-        super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues)
 
     def _bounds(self) -> Sequence[float]:
         return self._upper_bounds
 
-    def _init_child(self, child) -> None:
-        child._upper_bounds = list(self._upper_bounds)
+    def time(self) -> Timer:
+        return Timer(self, "observe")
 
-    @property
-    def _buckets(self):
-        return self._only()._buckets
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        # Instance attributes, built once per series as prometheus_client builds its values (a labelled
+        # parent has none: AttributeError, as there). SGLang's inter-token-latency code on older versions
+        # runs `child._buckets[i].inc(n)` and `child._sum.inc(v)` per streamed chunk: an attribute read,
+        # an index and one C call each (docs/performance.md).
+        self._buckets = [_Bucket(self, i) for i in range(len(self._upper_bounds))]
+        self._sum = _Sum(self, -1)
+
+    def _child_samples(self):
+        seg = backend.segment()
+        out, acc = [], 0.0
+        for i, bound in enumerate(self._upper_bounds):
+            acc += seg.bucket(self, i)
+            out.append(("_bucket", {"le": _go_float(bound)}, acc))
+        out.append(("_count", {}, acc))
+        if self._upper_bounds[0] >= 0:
+            out.append(("_sum", {}, seg.value(self)))
+        return out + _created_sample(self)
 
 
-class Summary(_Distribution):
-    _type = "summary"
-    _kind = KIND_SUMMARY
-    _reserved_labelnames = ("quantile",)
-    _child_class = SummaryChild
-
-    @property
-    def _count(self):
-        return self._only()._count
-
-
-__all__ = ["Counter", "Gauge", "Histogram", "Summary", "CounterChild", "GaugeChild", "HistogramChild",
-           "SummaryChild", "DEFAULT_BUCKETS", "MODES"]
+__all__ = ["Counter", "Gauge", "Histogram", "Summary", "CollectorRegistry", "REGISTRY", "Timer",
+           "InprogressTracker", "ExceptionCounter", "DEFAULT_BUCKETS", "MODES"]

@@ -59,6 +59,11 @@ def _label_arrays(labels: Sequence[Tuple[str, str]]):
     return count, names, values
 
 
+# The plain API's kinds; a summary here is a histogram without finite bounds (its count and sum).
+_SERIES_KINDS = {"counter": n.KIND_COUNTER, "gauge": n.KIND_GAUGE, "histogram": n.KIND_HISTOGRAM,
+                 "summary": n.KIND_HISTOGRAM}
+
+
 class Reporter:
     """One rank's segment: rankstat.<instance>.<role>.<rank-key> in `shm_dir`, else $RANKSTAT_SHM_DIR, else
     /dev/shm (`shm_dir` applies to this segment only; the environment is never changed).
@@ -75,16 +80,19 @@ class Reporter:
                  dp_size: int = 1, priority_scheduling: bool = False, all_schedulers: bool = False,
                  dp_attention: bool = False, extra_labels: Optional[Mapping[str, Any]] = None,
                  shm_dir: Optional[str] = None, ring_bytes: int = 0, series_capacity: int = 2048,
-                 bounds_capacity: int = 16384, values_capacity: int = 65536, strict: bool = False):
+                 bounds_capacity: int = 16384, values_capacity: int = 65536, strict: bool = False,
+                 quiet: bool = False):
         self._handle: Optional[int] = None
         self._lock = threading.Lock()
         self.error = ""
+        self.error_code = n.OK  # rankstat_open's code when the segment could not be opened
         self.note = ""  # set when the segment went under another name than its identity's (logged once)
         self.role = role
         self.identity_labels: Dict[str, str] = {}
         self._series: Dict[Tuple, int] = {}
         self._families: Dict[str, Any] = {}
         self.registration_failures = 0  # series the segment had no room for (their updates are dropped)
+        self._lib: Any = None  # the loaded library (ctypes.CDLL), None when it could not be loaded
         try:
             self._lib, self._layout = n.load_library()
         except n.RankstatError as e:
@@ -138,9 +146,11 @@ class Reporter:
                                         ctypes.byref(out))
         if rc != n.OK:
             self.error = f"rankstat_open: {n.ERROR_NAMES.get(rc, rc)}: {n.last_error(self._lib)}"
+            self.error_code = rc
             if strict:
                 raise n.RankstatError(self.error, rc)
-            log.warning("rankstat: metrics disabled for this rank: %s", self.error)
+            if not quiet:  # quiet: the caller logs (the metric backend's retries log once)
+                log.warning("rankstat: metrics disabled for this rank: %s", self.error)
             return
         self._handle = out.value
         self._pid = os.getpid()
@@ -175,6 +185,11 @@ class Reporter:
     @property
     def is_open(self) -> bool:
         return self._handle is not None
+
+    @property
+    def address(self) -> int:
+        """The library's rankstat_reporter* as an integer (what the C fast path writes through); 0 when closed."""
+        return self._handle or 0
 
     @property
     def layout(self) -> Optional[n.Layout]:
@@ -253,23 +268,18 @@ class Reporter:
             raise ValueError(f"gauge mode must be one of {sorted(n.GAUGE_MODES)}, not {mode!r}")
         # Series labels that equal the segment's identity labels are left to the daemon.
         own = [(k, v) for k, v in pairs if not (identity_labels and self.identity_labels.get(k) == v)]
-        count, names, values = _label_arrays(own)
+        series_kind = _SERIES_KINDS.get(kind)
+        if series_kind is None:
+            raise ValueError(f"unknown series kind {kind!r}")
+        # Texts go by length: a NUL inside a label value is kept, as prometheus_client keeps it.
+        spec, _keep = n.series_spec(series_kind, n.GAUGE_MODES[mode] if kind == "gauge" else 0, 0, family.encode(), b"",
+                                    [k.encode() for k, _ in own], [v.encode("utf-8", "surrogatepass") for _, v in own],
+                                    list(bounds))
         out = ctypes.c_uint32(_NO_ID)
-        fam = family.encode()
         with self._lock:
             if self._handle is None:
                 return _NO_ID
-            if kind == "counter":
-                rc = self._lib.rankstat_register_counter(self._handle, fam, count, names, values, ctypes.byref(out))
-            elif kind == "gauge":
-                rc = self._lib.rankstat_register_gauge(self._handle, fam, n.GAUGE_MODES[mode], count, names, values,
-                                                       ctypes.byref(out))
-            elif kind in ("histogram", "summary"):
-                arr = (ctypes.c_double * max(len(bounds), 1))(*bounds)
-                rc = self._lib.rankstat_register_histogram(self._handle, fam, count, names, values, arr, len(bounds),
-                                                           ctypes.byref(out))
-            else:
-                raise ValueError(f"unknown series kind {kind!r}")
+            rc = self._lib.rankstat_register_series(self._handle, ctypes.byref(spec), ctypes.byref(out))
         if rc != n.OK:
             self.registration_failures += 1
             if self.registration_failures <= 10 or self.registration_failures % 1000 == 0:

@@ -5,8 +5,13 @@
 //
 // Threading contract: the server runs on a caller-owned io_context that exactly one thread runs.
 // The constructor may run on any thread before that thread starts; start(), stop(), the destructor
-// and the Handler all run on the io thread (or while the io_context is not running). The counter
-// accessors are the exception: they may be called from any thread.
+// and the Handler all run on the io thread (or while the io_context is not running). The counters are
+// the exception: they may be read from any thread.
+//
+// The implementation is cut by job, each file internal to rankstat_http: accept_encoding (gzip
+// negotiation), listener (bind, adopt, format addresses), accept_loop (ServerCore: admission, eviction,
+// the session registry, the counters), session (one connection), request_reader (reading within limits
+// and deadlines), outgoing_response (handler call and response framing), gzip.
 
 #include <boost/asio/io_context.hpp>
 
@@ -19,6 +24,9 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "http/accept_encoding.hpp"  // accepts_gzip(), part of this interface since the server negotiates
+#include "http/counters.hpp"
 
 namespace boost::asio::ssl {
 class context;
@@ -90,13 +98,6 @@ struct ServerOptions {
   int gzip_level = 1;                                       // zlib level for on-the-fly compression
 };
 
-// True when an Accept-Encoding value allows a gzip response: "gzip" (or its alias "x-gzip") or,
-// failing an explicit entry, "*" is listed with a q-value above zero. Codings and parameter names
-// are case-insensitive and optional whitespace is ignored. An explicit "gzip;q=0" anywhere refuses
-// gzip even when "*" allows it; elements with a malformed q-value are ignored; an empty header
-// means identity only.
-bool accepts_gzip(std::string_view accept_encoding);
-
 class Server {
  public:
   // Binds and listens at once (or adopts listener_fds) so that configuration errors surface at startup;
@@ -130,23 +131,10 @@ class Server {
       const;  // the first listener, e.g. "127.0.0.1:41234" or "[::1]:41234"
   [[nodiscard]] std::vector<std::string> bound_addresses() const;  // every listener, in the order given
 
-  // Self-metrics; any thread may read them.
-  [[nodiscard]] std::uint64_t requests_total() const;  // requests answered, including 405 and 500
-  // Refused with a 503 because every connection was busy with a response at max_connections.
-  [[nodiscard]] std::uint64_t connections_rejected_total() const;
-  // Refused with a 503 because their peer already held max_connections_per_peer connections.
-  [[nodiscard]] std::uint64_t connections_refused_per_peer_total() const;
-  // Closed to admit a newcomer at max_connections, by what the evicted connection was doing.
-  [[nodiscard]] std::uint64_t connections_evicted_idle_total() const;             // idle or finished
-  [[nodiscard]] std::uint64_t connections_evicted_reading_headers_total() const;  // headers incomplete
-  [[nodiscard]] std::uint64_t connections_evicted_reading_body_total() const;     // body incomplete
-  // Closed because complete headers did not arrive within header_timeout.
-  [[nodiscard]] std::uint64_t header_timeouts_total() const;
-  [[nodiscard]] std::uint64_t active_connections() const;
-  [[nodiscard]] std::uint64_t bad_requests_total() const;  // malformed (400) or oversized (413, 431) requests
-  // TLS handshakes that failed (no or unacceptable client certificate, protocol mismatch, plain HTTP
-  // sent to the TLS port) or did not finish within header_timeout.
-  [[nodiscard]] std::uint64_t tls_handshake_failures_total() const;
+  // The server's rows of http::Counters (counters.hpp; the handler's rows stay 0). Any thread may call
+  // these.
+  [[nodiscard]] Counters counters() const;
+  [[nodiscard]] std::uint64_t active_connections() const;  // open connections now
 
  private:
   // Shared with every connection so that completions arriving after ~Server() never dangle.

@@ -1,5 +1,7 @@
 #include "http/web_config.hpp"
 
+#include "rankstat/flags/duration.hpp"
+
 #include <arpa/inet.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -294,45 +296,12 @@ void parse_users(const YAML::Node& node, WebConfig& config) {
   }
 }
 
-// Go's time.ParseDuration for the forms an operator writes: "1s", "500ms", "1m30s", "0".
+// Go's time.ParseDuration, as the exporter toolkit reads rate_limit.interval: the one duration grammar
+// (rankstat/flags/duration.hpp) in nanoseconds.
 std::chrono::nanoseconds go_duration(const std::string& text, const std::string& path) {
-  if (text == "0") return std::chrono::nanoseconds{0};
-  static constexpr std::array<std::pair<std::string_view, double>, 7> kUnits = {{
-      {"ns", 1},
-      {"us", 1e3},
-      {"\xC2\xB5s", 1e3},
-      {"ms", 1e6},
-      {"s", 1e9},
-      {"m", 60e9},
-      {"h", 3600e9},
-  }};
-  std::string_view rest = text;
-  double total = 0;
-  if (rest.empty()) fail(path + ": empty duration");
-  while (!rest.empty()) {
-    std::size_t digits = 0;
-    while (digits < rest.size() && ((rest[digits] >= '0' && rest[digits] <= '9') || rest[digits] == '.'))
-      ++digits;
-    if (digits == 0) fail(path + ": invalid duration '" + text + "'");
-    double number = 0;
-    try {
-      number = std::stod(std::string(rest.substr(0, digits)));
-    } catch (const std::exception&) {
-      fail(path + ": invalid duration '" + text + "'");
-    }
-    rest.remove_prefix(digits);
-    std::size_t unit_length = 0;
-    while (unit_length < rest.size() && !(rest[unit_length] >= '0' && rest[unit_length] <= '9'))
-      ++unit_length;
-    const std::string_view unit = rest.substr(0, unit_length);
-    const auto* found =
-        std::find_if(kUnits.begin(), kUnits.end(), [&](const auto& u) { return u.first == unit; });
-    if (found == kUnits.end()) fail(path + ": invalid duration '" + text + "' (units ns, us, ms, s, m, h)");
-    total += number * found->second;
-    rest.remove_prefix(unit_length);
-  }
-  if (total > 1e18) fail(path + ": duration '" + text + "' is too long");
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(total));
+  const flags::ExactDurationParse parsed = flags::parse_go_duration(text);
+  if (!parsed.value) fail(path + ": invalid duration: " + parsed.error);
+  return *parsed.value;
 }
 
 void parse_rate_limit(const YAML::Node& node, WebConfig& config) {

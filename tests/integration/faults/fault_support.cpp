@@ -40,18 +40,6 @@ TmpfsMount::~TmpfsMount() {
   if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
 }
 
-FaultWriter::FaultWriter(const std::string& shm_dir, const std::vector<std::string>& args,
-                         const std::map<std::string, std::string>& extra_env,
-                         const std::vector<std::string>& wrapper) {
-  out_path_ = out_dir_.path() + "/writer.out";
-  std::vector<std::string> argv = wrapper;
-  argv.push_back(testkit::binary_path("tests/integration/faults/rankstat_fault_writer"));
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::map<std::string, std::string> env = extra_env;
-  env["RANKSTAT_SHM_DIR"] = shm_dir;
-  process_ = std::make_unique<testkit::ChildProcess>(argv, env, out_path_);
-}
-
 WrappedDaemon::WrappedDaemon(const std::vector<std::string>& wrapper, const std::string& shm_dir,
                              const std::vector<std::string>& extra_args,
                              std::chrono::milliseconds start_timeout) {
@@ -93,35 +81,6 @@ bool can_switch_user() {
 std::vector<std::string> as_user(unsigned uid) {
   return {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid), "--regid=" + std::to_string(uid),
           "--clear-groups"};
-}
-
-bool FaultWriter::wait_for_output(const std::string& text, std::chrono::milliseconds timeout) {
-  return testkit::wait_until([&] { return output().find(text) != std::string::npos; }, timeout);
-}
-
-std::optional<std::uint64_t> FaultWriter::field(const std::string& name) const {
-  std::istringstream lines(output());
-  std::string line;
-  std::string summary;
-  while (std::getline(lines, line)) {
-    if (line.rfind("appends=", 0) == 0) summary = line;
-  }
-  std::istringstream words(summary);
-  std::string word;
-  while (words >> word) {
-    if (word.rfind(name + "=", 0) == 0) return std::strtoull(word.c_str() + name.size() + 1, nullptr, 10);
-  }
-  return std::nullopt;
-}
-
-std::optional<int> FaultWriter::stop() {
-  process_->signal(SIGTERM);
-  return process_->wait_for(10s);
-}
-
-void FaultWriter::kill() {
-  process_->signal(SIGKILL);
-  process_->wait_for(10s);
 }
 
 std::vector<std::string> MonotonicWatch::observe(const std::string& exposition) {

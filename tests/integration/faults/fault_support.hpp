@@ -39,29 +39,17 @@ class TmpfsMount {
   std::string error_;
 };
 
-// tests/integration/faults/rankstat_fault_writer with RANKSTAT_SHM_DIR set, its output captured.
-class FaultWriter {
+// tests/integration/faults/rankstat_fault_writer (fault_writer.cpp) with RANKSTAT_SHM_DIR set, its output
+// captured.
+class FaultWriter : public testkit::RankProcess {
  public:
   // `wrapper`: a command the writer runs under, e.g. setpriv to run it as another user.
   FaultWriter(const std::string& shm_dir, const std::vector<std::string>& args,
               const std::map<std::string, std::string>& extra_env = {},
-              const std::vector<std::string>& wrapper = {});
-  testkit::ChildProcess& process() { return *process_; }
-  pid_t pid() const { return process_->pid(); }
-  bool wait_for_output(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(10));
-  bool wait_ready(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-    return wait_for_output("ready", timeout);
-  }
-  std::string output() const { return testkit::read_file(out_path_); }
+              const std::vector<std::string>& wrapper = {})
+      : RankProcess("tests/integration/faults/rankstat_fault_writer", shm_dir, args, extra_env, wrapper) {}
   // A number from the exit summary line, e.g. field("p99_ns").
-  std::optional<std::uint64_t> field(const std::string& name) const;
-  std::optional<int> stop();  // SIGTERM and wait
-  void kill();                // SIGKILL and wait
-
- private:
-  testkit::TempDir out_dir_{"rankstat-fault-writer-out"};
-  std::string out_path_;
-  std::unique_ptr<testkit::ChildProcess> process_;
+  std::optional<std::uint64_t> field(const std::string& name) const { return printed(name); }
 };
 
 // rankstatd on an ephemeral loopback port, started under `wrapper` (prlimit to lower its descriptor

@@ -1,5 +1,7 @@
 // An engine rank for the fault tests: publishes through the C++ Reporter like test_writer, and measures
-// what the engine pays per append while the tests kill and corrupt things around it.
+// what the engine pays per append while the tests kill and corrupt things around it. Its flags, stop
+// signals, printed lines and loop are the fake rank's (tests/testkit/fake_rank); the work modes, the
+// latency histogram and running on without metrics are its own.
 //
 //   rankstat_fault_writer [--instance I] [--dp D] [--mode hold|paced|flood] [--seconds S] [--pace-us U]
 //                         [--ring-bytes B] [--retry-open-ms M] [--shm-mode 0660] [--shm-group G]
@@ -20,26 +22,19 @@
 //
 // Prints "ready" once its first values are published; on exit (SIGTERM or --seconds) one line:
 //   appends=N dropped=N p50_ns=N p99_ns=N p999_ns=N max_ns=N events=N steps=N open_attempts=N
-#include <signal.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
-#include <cstdio>
+#include <string>
 #include <thread>
-#include <vector>
 
-#include "rankstat/reporter.hpp"
+#include "fake_rank.hpp"
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) {
-  g_stop.store(true);
-}
+using namespace std::chrono_literals;
+namespace fake_rank = rankstat::fake_rank;
 
 // Append latencies: exact to 4 ns below 64 us, one overflow bucket above (its maximum kept).
 class LatencyHistogram {
@@ -70,53 +65,36 @@ class LatencyHistogram {
   std::uint64_t max_ = 0;
 };
 
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
+std::uint64_t ns_since(std::chrono::steady_clock::time_point t0) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string instance = "fault";
-  int dp = 0;
+  fake_rank::SegmentFlags segment{.instance = "fault", .model = "fault-model", .ring_bytes = 64 * 1024};
+  fake_rank::RankPlace place;
+  place.dp_rank = 0;
+  fake_rank::ExitMode exit_mode = fake_rank::ExitMode::kClean;
   std::string mode = "hold";
   double seconds = 30;
   int pace_us = 200;
-  std::uint64_t ring_bytes = 64 * 1024;
   int retry_open_ms = 0;
-  std::string shm_mode = "0660";
-  std::string shm_group;
-  std::string exit_mode = "clean";
   double hold_seconds = 0;
   CLI::App app{"rankstat fault-test writer"};
-  app.add_option("--instance", instance);
-  app.add_option("--dp", dp);
+  fake_rank::add_segment_flags(app, segment);
+  fake_rank::add_rank_flags(app, place);
+  fake_rank::add_exit_flag(app, exit_mode);
   app.add_option("--mode", mode)->check(CLI::IsMember({"hold", "paced", "flood"}));
   app.add_option("--seconds", seconds);
   app.add_option("--pace-us", pace_us);
-  app.add_option("--ring-bytes", ring_bytes);
   app.add_option("--retry-open-ms", retry_open_ms);
-  app.add_option("--shm-mode", shm_mode);
-  app.add_option("--shm-group", shm_group);
   app.add_option("--hold-seconds", hold_seconds, "Hold (heartbeat only) this long after the work phase");
-  app.add_option("--exit", exit_mode)->check(CLI::IsMember({"clean", "abandon"}));
   CLI11_PARSE(app, argc, argv);
+  fake_rank::stop_on_signals();
 
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
-
-  rankstat::ReporterOptions options;
-  options.identity.instance = instance;
-  options.identity.model_name = "fault-model";
-  options.identity.dp_rank = dp;
-  options.geometry.ring_bytes = ring_bytes;
-  options.mode = static_cast<std::uint32_t>(std::stoul(shm_mode, nullptr, 8));
-  options.group = shm_group;
-
+  const rankstat::ReporterOptions options = fake_rank::reporter_options(segment, place);
   rankstat::Reporter reporter;
   std::uint32_t counter = 0;
   std::uint32_t histogram = 0;
@@ -127,17 +105,13 @@ int main(int argc, char** argv) {
     const rankstat::Status status = reporter.open(options);
     if (status != rankstat::Status::kOk) {
       if (!announced_failure) {
-        std::printf("open failed status=%s: %s\n", std::string(rankstat::status_name(status)).c_str(),
-                    reporter.error_message().c_str());
-        std::fflush(stdout);
+        fake_rank::announce("open failed status=" + std::string(rankstat::status_name(status)) + ": " +
+                            reporter.error_message());
         announced_failure = true;
       }
       return false;
     }
-    if (!reporter.note().empty()) {
-      std::printf("note: %s\n", reporter.note().c_str());
-      std::fflush(stdout);
-    }
+    fake_rank::announce_note(reporter);
     const double bounds[] = {0.001, 0.01, 0.1, 1};
     reporter.register_counter("sglang:test_events_total", {{"kind", "fault"}}, counter,
                               "Test events by kind.");
@@ -146,8 +120,8 @@ int main(int argc, char** argv) {
     return true;
   };
 
-  const std::uint64_t start = now_ns();
-  const auto deadline = start + static_cast<std::uint64_t>(seconds * 1e9);
+  // The work phase ends `seconds` after start, the rank `hold_seconds` later.
+  fake_rank::Loop loop(seconds + hold_seconds);
   bool open = try_open();
   if (!open && retry_open_ms <= 0) return 2;
 
@@ -162,63 +136,52 @@ int main(int argc, char** argv) {
   if (open) {
     fill(0);
     reporter.report_scheduler(snapshot);
-    std::printf("ready\n");
-    std::fflush(stdout);
+    fake_rank::announce_ready();
   }
 
   LatencyHistogram latencies;
   std::uint64_t appends = 0;
   std::uint64_t events = 0;
   std::uint64_t steps = 0;
-  const std::uint64_t retry_ns =
-      static_cast<std::uint64_t>(std::max(retry_open_ms, 0)) * std::uint64_t{1000000};
-  std::uint64_t next_retry = start + retry_ns;
-  const std::uint64_t hold_until = deadline + static_cast<std::uint64_t>(hold_seconds * 1e9);
-  while (!g_stop.load(std::memory_order_relaxed) && now_ns() < hold_until) {
+  const auto retry = std::chrono::milliseconds(std::max(retry_open_ms, 0));
+  auto next_retry = loop.start() + retry;
+  loop.run([&](double elapsed) -> std::chrono::nanoseconds {
     ++steps;
     if (!open) {
       // The engine runs on without metrics: the calls are no-ops on a closed reporter.
       reporter.report_scheduler(snapshot);
       reporter.counter_add(counter, 1);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (now_ns() >= next_retry) {
-        next_retry = now_ns() + retry_ns;
+      std::this_thread::sleep_for(1ms);
+      if (std::chrono::steady_clock::now() >= next_retry) {
+        next_retry = std::chrono::steady_clock::now() + retry;
         if (try_open()) {
           open = true;
           fill(0);
           reporter.report_scheduler(snapshot);
-          std::printf("ready after %llu attempts\n", static_cast<unsigned long long>(open_attempts));
-          std::fflush(stdout);
+          fake_rank::announce("ready after " + std::to_string(open_attempts) + " attempts");
         }
       }
-      continue;
+      return 0ns;
     }
-    if (mode == "hold" || now_ns() >= deadline) {
-      reporter.heartbeat();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
+    if (mode == "hold" || elapsed >= seconds) return fake_rank::hold(reporter);
     fill(appends + 1);
-    const std::uint64_t t0 = now_ns();
+    const auto t0 = std::chrono::steady_clock::now();
     reporter.report_scheduler(snapshot);
-    latencies.add(now_ns() - t0);
+    latencies.add(ns_since(t0));
     ++appends;
     reporter.counter_add(counter, 1);
     reporter.histogram_observe(histogram, 0.005);
     ++events;
-    if (mode == "paced") std::this_thread::sleep_for(std::chrono::microseconds(pace_us));
-  }
-  std::printf(
-      "appends=%llu dropped=%llu p50_ns=%llu p99_ns=%llu p999_ns=%llu max_ns=%llu events=%llu steps=%llu "
-      "open_attempts=%llu\n",
-      static_cast<unsigned long long>(appends), static_cast<unsigned long long>(reporter.dropped_records()),
-      static_cast<unsigned long long>(latencies.quantile(0.5)),
-      static_cast<unsigned long long>(latencies.quantile(0.99)),
-      static_cast<unsigned long long>(latencies.quantile(0.999)),
-      static_cast<unsigned long long>(latencies.max()), static_cast<unsigned long long>(events),
-      static_cast<unsigned long long>(steps), static_cast<unsigned long long>(open_attempts));
-  std::fflush(stdout);
-  if (exit_mode == "abandon") _exit(0);
-  reporter.close();
-  return 0;
+    return mode == "paced" ? std::chrono::microseconds(pace_us) : 0ns;
+  });
+  fake_rank::announce_exit({{"appends", appends},
+                            {"dropped", reporter.dropped_records()},
+                            {"p50_ns", latencies.quantile(0.5)},
+                            {"p99_ns", latencies.quantile(0.99)},
+                            {"p999_ns", latencies.quantile(0.999)},
+                            {"max_ns", latencies.max()},
+                            {"events", events},
+                            {"steps", steps},
+                            {"open_attempts", open_attempts}});
+  return fake_rank::finish(reporter, exit_mode);
 }

@@ -300,17 +300,18 @@ TEST_CASE(
   const std::uint32_t help_past_text = counter(bad, "bad_help_offset_total", {}, 1);
   {
     RawSegment raw(bad.path());
-    raw.labels(le_on_histogram)[1] = 'e';                            // lx -> le
-    raw.labels(quantile_on_summary)[7] = 'e';                        // quantilx -> quantile
-    std::memcpy(raw.labels(value_not_utf8) + 5, "\xFF\xFE", 2);      // path="\xFF\xFE"
+    // A label list is [u32 length]name[u32 length]value...: the first name starts at byte 4.
+    raw.labels(le_on_histogram)[5] = 'e';                            // lx -> le
+    raw.labels(quantile_on_summary)[11] = 'e';                       // quantilx -> quantile
+    std::memcpy(raw.labels(value_not_utf8) + 12, "\xFF\xFE", 2);     // path="\xFF\xFE"
     raw.text()[raw.descriptor(help_not_utf8).help_offset] = '\xC3';  // a lead byte without continuation
-    raw.labels(duplicated_name)[6] = 'a';                            // aa="1",aa="2"
-    raw.labels(invalid_name)[1] = '-';                               // a-b
-    std::memcpy(raw.labels(reserved_name), "__", 2);                 // __name
-    raw.labels(pid_on_gauge)[2] = 'd';                // pid on a gauge that gets a pid label itself
-    raw.descriptor(family_newline).family[3] = '\n';  // "bad\nfamily...": injects a line if pasted
-    raw.descriptor(family_space).family[3] = ' ';
-    raw.labels(unterminated)[4] = 'x';  // "k\0v\0x": no terminating empty name
+    raw.labels(duplicated_name)[16] = 'a';                           // aa="1",aa="2"
+    raw.labels(invalid_name)[5] = '-';                               // a-b
+    std::memcpy(raw.labels(reserved_name) + 4, "__", 2);             // __name
+    raw.labels(pid_on_gauge)[6] = 'd';  // pid on a gauge that gets a pid label itself
+    raw.text()[raw.descriptor(family_newline).family_offset + 3] = '\n';  // "bad\nfamily...": injects a line
+    raw.text()[raw.descriptor(family_space).family_offset + 3] = ' ';
+    raw.labels(unterminated)[5] = 2;  // k="v" with the value's length 2: past the end of the list
     raw.descriptor(labels_past_text).labels_offset = raw.text_bytes() - 1;
     raw.descriptor(labels_past_text).labels_bytes = 2;
     raw.descriptor(help_past_text).help_offset = 0xFFFFFF00u;

@@ -412,7 +412,7 @@ TEST_CASE(
   CHECK(b->stop() == 0);
 }
 
-TEST_CASE("a family declared with another mode by a second rank rejects that rank's segment") {
+TEST_CASE("a family declared with another mode by a second rank costs only that family's older series") {
   TempDir shm;
   WriterProcess a(shm.path(), {"--dp=0", "--gauge=sglang:test_conflict:livesum:1"});
   REQUIRE(a.wait_ready());
@@ -422,10 +422,12 @@ TEST_CASE("a family declared with another mode by a second rank rejects that ran
   std::string text;
   REQUIRE(eventually([&] {
     text = scrape(daemon);
-    return value_of(text, "rankstat_segments_rejected_total", {"reason=\"schema_conflict\""}) == Approx(1);
+    return value_of(text, "rankstat_family_conflicts_total") == Approx(1);
   }));
-  CHECK(value_of(text, "sglang:test_conflict") == Approx(1));
-  CHECK(samples_of(text, "sglang:num_running_reqs").size() == 1);
+  // The newest live declaration (b's) wins; every other family of both ranks is served.
+  CHECK(value_of(text, "sglang:test_conflict") == Approx(9));
+  CHECK(samples_of(text, "sglang:test_conflict").size() == 1);
+  CHECK(samples_of(text, "sglang:num_running_reqs").size() == 2);
   CHECK(daemon.log().find("sglang:test_conflict") != std::string::npos);
   CHECK(a.stop() == 0);
   CHECK(b.stop() == 0);
@@ -675,22 +677,31 @@ TEST_CASE("a segment that closed before the daemon started is drained like any o
   CHECK(value_of(text, "rankstat_records_drained_total").value_or(0) >= 1);
 }
 
-TEST_CASE("without a state dir a dead rank's file is kept and a restarted daemon counts it again") {
+TEST_CASE(
+    "without a state dir a dead rank's file is kept until its totals are retired, then unlinked, and a "
+    "daemon "
+    "restarted before that counts it again") {
   TempDir shm;
   NeverBackwards watch;
   Lives lives;
-  const auto daemon_flags = flags({"--liveness.dead-grace=200ms"});
+  const auto daemon_flags = flags({"--liveness.dead-grace=1500ms"});
   auto daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
   auto writer = start_life(shm, 9, 2);
   lives.add(9);
   REQUIRE(shows_exactly(*daemon, lives, watch));
   writer->kill();
+  // Within the grace the file stays: a daemon restarted now finds it DEAD and counts it again.
+  bring_down(daemon, SIGKILL);
+  CHECK(shm.list().size() == 1);
+  daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  REQUIRE(shows_exactly(*daemon, lives, watch));
+  // Retired after the grace: its totals are in the retired totals, and the file goes without a state dir
+  // too (20 short-lived workers no longer leave 20 files in /dev/shm).
   REQUIRE(eventually([&] {
     return value_of(scrape(*daemon), "rankstat_generation_events_total", {"event=\"retired\""}) == Approx(1);
   }));
-  CHECK(shm.list().size() == 1);  // retired, but kept: nothing persisted its totals
-  bring_down(daemon, SIGKILL);
-  daemon = std::make_unique<DaemonUnderTest>(shm.path(), daemon_flags);
+  REQUIRE(eventually([&] { return shm.list().empty(); }));
+  CHECK(value_of(scrape(*daemon), "rankstat_generation_events_total", {"event=\"unlinked\""}) == Approx(1));
   REQUIRE(shows_exactly(*daemon, lives, watch));
   watch.verify();
 }

@@ -141,7 +141,7 @@ TEST_CASE("rankstat ranks --json lists every rank the daemon serves, field by fi
     CHECK(number(r.at("ring_fill_ratio")) >= 0);
     CHECK(number(r.at("ring_fill_ratio")) <= 1);
     CHECK(r.at("ring_quarantined") == false);
-    CHECK(r.at("layout_version") == "2.0");
+    CHECK(r.at("layout_version") == "3.0");
     CHECK(r.at("priority_scheduling") == (dp == 1));
     CHECK(r.at("all_schedulers_metrics") == false);
   }

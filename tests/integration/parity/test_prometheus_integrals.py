@@ -10,13 +10,17 @@ starts after one scrape and ends before the next, then 20 again. Prometheus scra
   time-weighted mean of the schedule within 1 %, for each path and each scraper;
 * <gauge>_window_max shows the burst in both scrapers, while the plain gauge never does;
 * a SIGKILLed and restarted daemon (same --state.dir) and a restarted writer leave every integral
-  counter without a single reset.
+  counter without a single reset;
+* an event-driven writer (a separate process on the metric classes, as SGLang's tokenizer is) that sets
+  a gauge once and then stays silent through several scrapes accrues the held value all along: rate()
+  over spans that hold only idle time, and over a span with one set inside it, equals the analytic mean
+  within 1 %.
 """
 
 import json
 import os
 import shutil
-import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -36,6 +40,17 @@ JOBS = ("scraper_a", "scraper_b")
 INTEGRAL = "sglang:num_queue_reqs_time_weighted_seconds_total"
 WINDOW_MAX = "sglang:num_queue_reqs_window_max"
 GAUGE = "sglang:num_queue_reqs"
+IDLE = "test_idle_held"
+IDLE_INTEGRAL = IDLE + "_time_weighted_seconds_total"
+# An event-driven writer: sets the gauge when told to, prints CLOCK_MONOTONIC of each set, else sleeps.
+IDLE_WRITER = f"""
+import sys, time
+import rankstat
+gauge = rankstat.Gauge({IDLE!r}, "A value set on events and held between them.", multiprocess_mode="livesum")
+for line in sys.stdin:
+    gauge.set(float(line))
+    print(time.monotonic(), flush=True)
+"""
 
 
 class Schedule:
@@ -133,7 +148,7 @@ class BetweenScrapesOnARealPrometheus(unittest.TestCase):
                 static_configs:
                   - targets: ['127.0.0.1:{self.daemon_port}']""" for job in JOBS)
         with open(config, "w") as f:
-            f.write(textwrap.dedent(f"""\
+            f.write(textwrap.dedent("""\
                 global:
                   evaluation_interval: 5s
                 scrape_configs:""") + textwrap.dedent(jobs) + "\n")
@@ -161,7 +176,8 @@ class BetweenScrapesOnARealPrometheus(unittest.TestCase):
     def _start_daemon(self):
         binary = os.environ["RANKSTAT_DAEMON"]
         self.daemon = Child([binary, f"--web.listen-address=127.0.0.1:{self.daemon_port}", f"--shm.dir={self.shm.path}",
-                             "--shm.scan-interval=200ms", f"--state.dir={self.state}"],
+                             "--shm.scan-interval=200ms", f"--state.dir={self.state}",
+                             f"--aggregate.integrate={GAUGE},{IDLE}"],
                             log_path=os.path.join(self.files.path, "rankstatd.log"))
         self.assertTrue(wait_until(lambda: self._daemon_answers(), 20), self.daemon.log())
 
@@ -199,13 +215,18 @@ class BetweenScrapesOnARealPrometheus(unittest.TestCase):
     def scrape_times(self, job: str):
         return [t for t, _ in self.samples(f'up{{job="{job}"}}[1m]').get((job, None), [])]
 
+    def scrape_gap(self):
+        """(start of the widest gap between the jobs' scrape phases modulo SCRAPE_S, its length)."""
+        phases = sorted({t % SCRAPE_S for j in JOBS for t in self.scrape_times(j)[-1:]})
+        gaps = [((phases[(i + 1) % len(phases)] - p) % SCRAPE_S or SCRAPE_S, p) for i, p in enumerate(phases)]
+        gap, after = max(gaps)
+        return after, gap
+
     def test_the_integral_gives_exact_means_and_the_window_peak_shows_a_burst_the_gauge_misses(self):
         # Wait for two scrapes of each job to learn when they scrape, then put the burst where neither does.
         self.assertTrue(wait_until(lambda: all(len(self.scrape_times(j)) >= 2 for j in JOBS), 30),
                         self.prometheus.log())
-        phases = sorted({t % SCRAPE_S for j in JOBS for t in self.scrape_times(j)[-1:]})
-        gaps = [((phases[(i + 1) % len(phases)] - p) % SCRAPE_S or SCRAPE_S, p) for i, p in enumerate(phases)]
-        gap, after = max(gaps)
+        after, gap = self.scrape_gap()
         burst_s = min(2.0, gap - 0.8)
         self.assertGreater(burst_s, 1.0)
         now_wall = time.time()
@@ -259,6 +280,66 @@ class BetweenScrapesOnARealPrometheus(unittest.TestCase):
             # And it kept growing after the restarts.
             grown = self.query(f'increase({INTEGRAL}{{job="{job}"}}[{int(2 * SCRAPE_S)}s])')
             self.assertTrue(all(float(s["value"][1]) > 0 for s in grown), grown)
+
+    def test_an_idle_writer_accrues_its_held_gauge_between_scrapes_as_prometheus_sees_it(self):
+        env = dict(os.environ, RANKSTAT_SHM_DIR=self.shm.path, RANKSTAT_INSTANCE="between")
+        writer = subprocess.Popen([sys.executable, "-c", IDLE_WRITER], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+
+        def stop_writer():
+            writer.stdin.close()
+            if writer.wait(10) is None:
+                writer.kill()
+            writer.stdout.close()
+        self.addCleanup(stop_writer)
+
+        def send(value):  # the writer's CLOCK_MONOTONIC at the set, and the value
+            writer.stdin.write(f"{value}\n")
+            writer.stdin.flush()
+            return float(writer.stdout.readline()), float(value)
+
+        set_at = [send(10)]
+        self.assertTrue(wait_until(lambda: all(len(self.scrape_times(j)) >= 2 for j in JOBS), 30),
+                        self.prometheus.log())
+        # One more set in the middle of the widest gap between scrapes, then silence for three scrapes.
+        after, gap = self.scrape_gap()
+        now_wall = time.time()
+        change_wall = now_wall - (now_wall % SCRAPE_S) + after + gap / 2
+        while change_wall < now_wall + 1.0:
+            change_wall += SCRAPE_S
+        time.sleep(change_wall - time.time())
+        set_at.append(send(30))
+        time.sleep(3 * SCRAPE_S + 1.0)
+
+        def mean(t0, t1):  # the held value's exact time-weighted mean over [t0, t1] (monotonic seconds)
+            total = 0.0
+            for i, (at, value) in enumerate(set_at):
+                end = set_at[i + 1][0] if i + 1 < len(set_at) else float("inf")
+                total += value * max(0.0, min(t1, end) - max(t0, at))
+            return total / (t1 - t0)
+
+        samples = self.samples(f"{IDLE_INTEGRAL}[1m]")
+        for job in JOBS:
+            with self.subTest(job=job):
+                series = samples.get((job, None))
+                self.assertIsNotNone(series, f"no {IDLE_INTEGRAL} for {job}: {samples.keys()}")
+                change = set_at[1][0] + self.wall_minus_monotonic
+                before = [s for s in series if set_at[0][0] + self.wall_minus_monotonic < s[0] < change]
+                idle_after = [s for s in series if s[0] > change]
+                self.assertTrue(before and len(idle_after) >= 3, series)
+                # Spans: across the set, and two that hold only idle time after it.
+                for first, last in ((before[-1], idle_after[-1]), (idle_after[0], idle_after[-1]),
+                                    (before[0], before[-1]) if len(before) >= 2 else (None, None)):
+                    if first is None:
+                        continue
+                    span_ms = round((last[0] - first[0]) * 1000)
+                    result = self.query(f'rate({IDLE_INTEGRAL}{{job="{job}"}}[{span_ms}ms])', at=last[0])
+                    self.assertEqual(len(result), 1, result)
+                    measured = float(result[0]["value"][1])
+                    expected = mean(first[0] - self.wall_minus_monotonic, last[0] - self.wall_minus_monotonic)
+                    print(f"{job} idle writer: rate() over {span_ms} ms = {measured:.4f}, analytic mean "
+                          f"{expected:.4f} ({(measured / expected - 1) * 100:+.3f} %)", file=sys.stderr)
+                    self.assertAlmostEqual(measured, expected, delta=expected * 0.01)
 
 
 if __name__ == "__main__":

@@ -622,3 +622,88 @@ TEST_CASE(
   CHECK(from_environment.list().size() == 1);
   CHECK(elsewhere.list().empty());
 }
+
+TEST_CASE(
+    "A series spec with text lengths carries NUL and long texts, and a spec of the older size still works",
+    "[c_api]") {
+  TempDir dir;
+  ShmDirEnv env(dir.path());
+  const rankstat_identity identity = test_identity();
+  rankstat_geometry geometry = small_geometry();
+  geometry.text_capacity = 1u << 16;  // room for the long texts below (16 series × 192 bytes is not)
+  rankstat_reporter* raw = nullptr;
+  REQUIRE(rankstat_open(&identity, &geometry, &raw) == RANKSTAT_OK);
+  ReporterHandle reporter(raw);
+  const std::string family = "lengths_" + std::string(192, 'f');
+  const std::string help = std::string(10000, 'h') + std::string("\0nul", 4);
+  const std::string name = "v";
+  const std::string nul_b("a\0b", 3);
+  const std::string nul_c("a\0c", 3);
+  const std::string long_value(5000, 'x');
+  auto register_with_lengths = [&](const std::string& value, std::uint32_t& id) {
+    const char* names[] = {name.data()};
+    const char* values[] = {value.data()};
+    const size_t name_lengths[] = {name.size()};
+    const size_t value_lengths[] = {value.size()};
+    rankstat_series_spec spec{};
+    spec.struct_size = sizeof spec;
+    spec.kind = RANKSTAT_KIND_COUNTER;
+    spec.flags = RANKSTAT_SERIES_OWN_LABELS_ONLY | RANKSTAT_SERIES_TEXT_LENGTHS;
+    spec.family = family.data();
+    spec.family_length = family.size();
+    spec.help = help.data();
+    spec.help_length = help.size();
+    spec.label_count = 1;
+    spec.label_names = names;
+    spec.label_values = values;
+    spec.label_name_lengths = name_lengths;
+    spec.label_value_lengths = value_lengths;
+    return rankstat_register_series(reporter.get(), &spec, &id);
+  };
+  std::uint32_t b = 0;
+  std::uint32_t c = 0;
+  std::uint32_t x = 0;
+  REQUIRE(register_with_lengths(nul_b, b) == RANKSTAT_OK);
+  REQUIRE(register_with_lengths(nul_c, c) == RANKSTAT_OK);
+  REQUIRE(register_with_lengths(long_value, x) == RANKSTAT_OK);
+  CHECK(b != c);
+
+  // A caller built against the header of layout 2 passes the older struct_size and NUL-terminated texts.
+  const char* old_names[] = {"v"};
+  const char* old_values[] = {"old"};
+  rankstat_series_spec old{};
+  old.struct_size = offsetof(rankstat_series_spec, family_length);
+  old.kind = RANKSTAT_KIND_GAUGE;
+  old.mode = RANKSTAT_MODE_LIVESUM;
+  old.family = "lengths_old_gauge";
+  old.help = "Old help.";
+  old.label_count = 1;
+  old.label_names = old_names;
+  old.label_values = old_values;
+  std::uint32_t g = 0;
+  REQUIRE(rankstat_register_series(reporter.get(), &old, &g) == RANKSTAT_OK);
+  // The length flag with the older size is refused, naming the size it needs.
+  old.flags = RANKSTAT_SERIES_TEXT_LENGTHS;
+  std::uint32_t refused = 0;
+  CHECK(rankstat_register_series(reporter.get(), &old, &refused) == RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rankstat_last_error()).find("struct_size") != std::string::npos);
+
+  SegmentView view(only_segment(dir));
+  const shm::CumulativeReader reader = view.cumulative();
+  const auto bi = reader.read_descriptor(b);
+  const auto ci = reader.read_descriptor(c);
+  const auto xi = reader.read_descriptor(x);
+  const auto gi = reader.read_descriptor(g);
+  REQUIRE(bi);
+  REQUIRE(ci);
+  REQUIRE(xi);
+  REQUIRE(gi);
+  CHECK(bi->family == family);
+  CHECK(bi->help == help);
+  CHECK(bi->labels == shm::LabelPairs{{"v", nul_b}});
+  CHECK(ci->labels == shm::LabelPairs{{"v", nul_c}});
+  CHECK(xi->labels == shm::LabelPairs{{"v", long_value}});
+  CHECK(gi->family == "lengths_old_gauge");
+  CHECK(gi->help == "Old help.");
+  CHECK(gi->labels == shm::LabelPairs{{"v", "old"}});
+}

@@ -2,12 +2,15 @@
 // of. Through the registry with real segments (a rank restarting under the same name), then the store
 // itself: persisted and read back by a new instance (a daemon restart), and refusing damaged or forged
 // state files without losing the state it can keep.
+#include <sys/stat.h>
+
 #include <array>
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -408,4 +411,37 @@ TEST_CASE(
   }
   Daemon daemon(shm, retired);  // descriptors again: the file is met, and known
   CHECK(counter_value(daemon.scrape(), "engine:requests") == 10);
+}
+
+TEST_CASE("a checkpoint is written again only when what a scrape serves moved, and then holds the new values",
+          "[retired_totals]") {
+  TempDir shm("rankstat-retired-shm");
+  TempDir state("rankstat-retired-state");
+  RetiredTotals retired(state.path());
+  std::string error;
+  REQUIRE(retired.load(error));
+  Daemon daemon(shm, retired);
+  Rank rank(shm);
+  REQUIRE(rank.writer.counter_add(rank.counter, 5) == Status::kOk);
+  const std::string path = state.path() + "/integrals.json";
+  // replace_file() renames a new file over the old one: a new inode is a write.
+  const auto inode = [&] {
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    return st.st_ino;
+  };
+  daemon.scrape();
+  REQUIRE(daemon.registry.save_checkpoints(error));
+  const auto first = inode();
+  daemon.scrape();
+  REQUIRE(daemon.registry.save_checkpoints(error));
+  CHECK(inode() == first);  // nothing moved: not rewritten
+  REQUIRE(rank.writer.counter_add(rank.counter, 2) == Status::kOk);
+  daemon.scrape();
+  REQUIRE(daemon.registry.save_checkpoints(error));
+  CHECK(inode() != first);
+  // What was written is what a restarted daemon finds: the moved total (7), kept for the generation.
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"counters\":[[0,0,7]]") != std::string::npos);
 }

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "aggregation.hpp"
+#include "http/chunked_gzip.hpp"
 #include "http/gzip.hpp"
 #include "rankstat/reporter.hpp"
 #include "segment_registry.hpp"
@@ -501,7 +502,9 @@ TEST_CASE(
   CHECK(checked == values.size());
 }
 
-TEST_CASE("prometheus_client's spelling escapes HELP and sorts le among the labels") {
+TEST_CASE(
+    "prometheus_client's spelling escapes HELP, sorts le among the labels and orders histogram samples as "
+    "its multiprocess collector") {
   MetricFamily h;
   h.name = "lat_seconds";
   h.help = "Back\\slash\nnewline \"quoted\"";
@@ -514,15 +517,17 @@ TEST_CASE("prometheus_client's spelling escapes HELP and sorts le among the labe
   CHECK(exposition::serialize({h}, exposition::Dialect::kPrometheusClient) ==
         "# HELP lat_seconds Back\\\\slash\\nnewline \"quoted\"\n"
         "# TYPE lat_seconds histogram\n"
-        "lat_seconds_count{engine_type=\"unified\",model_name=\"m\"} 2.0\n"
+        // prometheus_client's multiprocess collector: the family's sums first, then per label set its
+        // buckets and its count.
         "lat_seconds_sum{engine_type=\"unified\",model_name=\"m\"} 1.5\n"
         "lat_seconds_bucket{engine_type=\"unified\",le=\"0.5\",model_name=\"m\"} 1.0\n"
         "lat_seconds_bucket{engine_type=\"unified\",le=\"1.0\",model_name=\"m\"} 2.0\n"
-        "lat_seconds_bucket{engine_type=\"unified\",le=\"+Inf\",model_name=\"m\"} 2.0\n");
+        "lat_seconds_bucket{engine_type=\"unified\",le=\"+Inf\",model_name=\"m\"} 2.0\n"
+        "lat_seconds_count{engine_type=\"unified\",model_name=\"m\"} 2.0\n");
 }
 
 TEST_CASE("ChunkedGzip writes one gzip member of the body and re-deflates only changed chunks") {
-  exposition::ChunkedGzip gzip(1);
+  http::ChunkedGzip gzip(1);
   // Families of about 80 KiB: each is a chunk of its own (smaller neighbours are merged).
   const std::string first = fake_body(30, 2000, 1);
   auto a = gzip.compress(first, family_ends(first));

@@ -176,7 +176,7 @@ TEST_CASE("a GET is answered with the handler's body, Content-Length and headers
   CHECK(requests[0].method == "GET");
   CHECK(requests[0].target == "/x?rank=3");
   CHECK(requests[0].accept_encoding == "identity");
-  CHECK(running.server().requests_total() == 1);
+  CHECK(running.server().counters().requests_total == 1);
 }
 
 TEST_CASE("a HEAD response carries the GET headers but no body") {
@@ -331,7 +331,7 @@ TEST_CASE("garbage bytes get a 400 and a close, and the next connection is still
 
   TestConnection next(running.port());
   CHECK(next.request("GET", "/after").body == "you asked for /after\n");
-  CHECK(running.server().bad_requests_total() == 1);
+  CHECK(running.server().counters().bad_requests_total == 1);
 }
 
 TEST_CASE("a 20 KiB request header gets 431 and the connection is closed") {
@@ -344,7 +344,7 @@ TEST_CASE("a 20 KiB request header gets 431 and the connection is closed") {
 
   CHECK(response.status == 431);
   CHECK(client.closed_by_server_within(3s));
-  CHECK(running.server().bad_requests_total() == 1);
+  CHECK(running.server().counters().bad_requests_total == 1);
 }
 
 TEST_CASE("a request body over the limit gets 413") {
@@ -410,8 +410,8 @@ TEST_CASE("at the connection limit the connection idle longest is evicted to adm
   CHECK(idle[0].closed_by_server_within(3s));
   for (std::size_t i = 1; i < kMaxConnections; ++i) CHECK_FALSE(idle[i].closed_by_server_within(50ms));
   CHECK(idle[1].request("GET", "/kept").body == "you asked for /kept\n");
-  CHECK(running.server().connections_evicted_idle_total() == 1);
-  CHECK(running.server().connections_rejected_total() == 0);
+  CHECK(running.server().counters().connections_evicted_idle_total == 1);
+  CHECK(running.server().counters().connections_rejected_total == 0);
   CHECK(running.server().active_connections() == kMaxConnections);
 }
 
@@ -450,8 +450,8 @@ TEST_CASE(
   CHECK(slow.closed_by_server_within(3s));
   CHECK_FALSE(silent.closed_by_server_within(50ms));
   CHECK_FALSE(second.closed_by_server_within(50ms));
-  CHECK(running.server().connections_evicted_idle_total() == 1);
-  CHECK(running.server().connections_evicted_reading_headers_total() == 2);
+  CHECK(running.server().counters().connections_evicted_idle_total == 1);
+  CHECK(running.server().counters().connections_evicted_reading_headers_total == 2);
 }
 
 TEST_CASE("a newcomer gets 503 only when every open connection is busy writing a response") {
@@ -476,7 +476,7 @@ TEST_CASE("a newcomer gets 503 only when every open connection is busy writing a
   TestConnection refused(running.port());
   CHECK(refused.closed_by_server_within(3s));
   CHECK(refused.received().rfind("HTTP/1.1 503", 0) == 0);
-  CHECK(running.server().connections_rejected_total() == 1);
+  CHECK(running.server().counters().connections_rejected_total == 1);
 
   downloaders[0].close();
   REQUIRE(eventually([&] { return running.server().active_connections() == 1; }));
@@ -498,7 +498,7 @@ TEST_CASE("a peer holding max_connections_per_peer gets 503 while another addres
   CHECK(fourth.closed_by_server_within(3s));
   CHECK(fourth.received().rfind("HTTP/1.1 503", 0) == 0);
   CHECK(fourth.received().find("from your address") != std::string::npos);
-  CHECK(running.server().connections_refused_per_peer_total() == 1);
+  CHECK(running.server().counters().connections_refused_per_peer_total == 1);
 
   TestConnection other_peer(running.port());
   CHECK(other_peer.request("GET", "/other").status == 200);
@@ -526,7 +526,7 @@ TEST_CASE(
   CHECK(elapsed < 3s);
   CHECK(dripping.received().empty());
   // Beast closes the socket when the deadline fires and completes the read (which counts) afterwards.
-  CHECK(eventually([&] { return running.server().header_timeouts_total() == 2; }));
+  CHECK(eventually([&] { return running.server().counters().header_timeouts_total == 2; }));
 }
 
 TEST_CASE("a request body may arrive after the header timeout as long as the read timeout holds") {
@@ -540,7 +540,7 @@ TEST_CASE("a request body may arrive after the header timeout as long as the rea
   std::this_thread::sleep_for(500ms);
   client.send("body");
   CHECK(client.read_response().body == "you asked for /with-body\n");
-  CHECK(running.server().header_timeouts_total() == 0);
+  CHECK(running.server().counters().header_timeouts_total == 0);
 }
 
 TEST_CASE("50 concurrent clients doing keep-alive requests all get their own answers") {
@@ -576,7 +576,7 @@ TEST_CASE("50 concurrent clients doing keep-alive requests all get their own ans
   for (std::thread& client : clients) client.join();
 
   for (const std::string& failure : failures) CHECK(failure.empty());
-  CHECK(running.server().requests_total() == std::uint64_t{kClients} * kRequestsPerClient);
+  CHECK(running.server().counters().requests_total == std::uint64_t{kClients} * kRequestsPerClient);
 }
 
 TEST_CASE("a handler exception becomes a 500 and the server keeps serving") {

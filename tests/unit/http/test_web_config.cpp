@@ -117,6 +117,19 @@ TEST_CASE("a web config is refused with an error naming the key at fault") {
         std::string::npos);
 }
 
+TEST_CASE("rate_limit.interval reads Go's duration units and refuses malformed durations") {
+  CHECK(parse_web_config("rate_limit:\n  interval: 1h30m\n", "").rate_limit.interval ==
+        std::chrono::minutes(90));
+  CHECK(parse_web_config("rate_limit:\n  interval: 250us\n", "").rate_limit.interval ==
+        std::chrono::microseconds(250));
+  CHECK(parse_web_config("rate_limit:\n  interval: 0\n", "").rate_limit.interval ==
+        std::chrono::nanoseconds(0));
+  CHECK(error_of("rate_limit:\n  interval: 1.2.3s\n") ==
+        "rate_limit.interval: invalid duration: '1.2.3s' is not a duration (write e.g. 500ms, 2s, 1m30s)");
+  CHECK(error_of("rate_limit:\n  interval: 5\n").find("'5' has no unit") != std::string::npos);
+  CHECK(error_of("rate_limit:\n  interval: -1s\n").find("cannot be negative") != std::string::npos);
+}
+
 TEST_CASE("a TLS context names the unreadable file in its error") {
   TlsServerConfig tls;
   tls.cert_file = "/nonexistent/server.crt";

@@ -212,13 +212,10 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
   CHECK(counter("1abc") == shm::RegisterStatus::kInvalid);
   CHECK(counter("a-b") == shm::RegisterStatus::kInvalid);
   CHECK(counter("a b") == shm::RegisterStatus::kInvalid);
-  CHECK(counter(std::string(shm::kFamilyNameBytes, 'a')) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"__reserved", "v"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"1st", "v"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"a:b", "v"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"", "v"}}) == shm::RegisterStatus::kInvalid);
-  CHECK(counter("ok", {{"name", std::string("nul\0inside", 10)}}) == shm::RegisterStatus::kInvalid);
-  CHECK(counter("ok", {{"name", std::string(shm::kSeriesLabelBytes, 'v')}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"name", "\xC3"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"name", "\xED\xA0\x80"}}) == shm::RegisterStatus::kInvalid);  // a surrogate
   CHECK(counter("ok", {{"a", "1"}, {"a", "2"}}) == shm::RegisterStatus::kInvalid);
@@ -233,7 +230,7 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
   CHECK(writer.register_series(shm::SeriesKind::kGauge, static_cast<shm::GaugeMode>(shm::kGaugeModeCount),
                                "g", {}, {}, id) == shm::RegisterStatus::kInvalid);
 
-  CHECK(failures(block) == 21);
+  CHECK(failures(block) == 18);
   CHECK(id == 12345);  // untouched on failure
   CHECK(writer.series_count() == 0);
   CHECK(block.reader().published_series() == 0);
@@ -241,10 +238,11 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
   SECTION("valid names at the edges of the rules are accepted") {
     CHECK(counter("sglang:x_1") == shm::RegisterStatus::kOk);
     CHECK(counter(":colon_first") == shm::RegisterStatus::kOk);
-    CHECK(counter(std::string(shm::kFamilyNameBytes - 1, 'a')) == shm::RegisterStatus::kOk);
+    CHECK(counter(std::string(500, 'a')) == shm::RegisterStatus::kOk);  // no length limit but the area's
     CHECK(counter("ok", {{"_x", ""}, {"y9", "any value \xe2\x9c\x93"}}) == shm::RegisterStatus::kOk);
+    CHECK(counter("ok", {{std::string(300, 'l'), "v"}}) == shm::RegisterStatus::kOk);
     CHECK(histogram(std::vector<double>{-1, 0, 1e300}) == shm::RegisterStatus::kOk);
-    CHECK(failures(block) == 21);
+    CHECK(failures(block) == 18);
   }
 }
 
@@ -271,9 +269,12 @@ TEST_CASE(
           shm::RegisterStatus::kOk);
   // The help text is stored once for the family.
   CHECK(block.descriptor(h1).help_offset == block.descriptor(h2).help_offset);
+  CHECK(block.descriptor(h1).family_offset == block.descriptor(h2).family_offset);
+  // Texts: each family name once, the help once, the label lists, "balance" and "g" with no labels.
   CHECK(shm::shared(block.header().text_used).load() ==
-        help.size() + 2 * shm::encoded_label_bytes({{"model_name", "m"}}) + std::string("Balance.").size() +
-            2);
+        std::string("lat_seconds").size() + help.size() +
+            2 * shm::encoded_series_label_bytes({{"model_name", "m"}}) + std::string("balance").size() +
+            std::string("Balance.").size() + std::string("g").size());
 
   writer.histogram_observe(h1, 0.7, 1, 0.7);
   writer.histogram_bucket_add(h1, 0, 3);  // _buckets[0].inc(3)
@@ -320,15 +321,13 @@ TEST_CASE("Labels the exposition reserves, and help that is not UTF-8, are refus
                                {}, id) == shm::RegisterStatus::kInvalid);
   CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id, 0,
                                "bad \xFF help") == shm::RegisterStatus::kInvalid);
-  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id, 0,
-                               std::string(shm::kHelpBytes + 1, 'h')) == shm::RegisterStatus::kInvalid);
   const double bounds[] = {1.0};
   CHECK(writer.register_series(shm::SeriesKind::kSummary, shm::GaugeMode::kAll, "s", {}, bounds, id) ==
         shm::RegisterStatus::kInvalid);
   // A counter may use `le` (only histograms reserve it), as prometheus_client allows.
   CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {{"le", "1"}}, {}, id) ==
         shm::RegisterStatus::kOk);
-  CHECK(shm::shared(block.header().registration_failures).load() == 5);
+  CHECK(shm::shared(block.header().registration_failures).load() == 4);
 }
 
 TEST_CASE("A full registry reports kFull and counts the failure", "[cumulative]") {
@@ -395,16 +394,37 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
     c.gauge_mode = shm::kGaugeModeCount;
     CHECK_FALSE(reader.read_descriptor(counter));
   }
-  SECTION("a family name without a terminating NUL") {
-    std::memset(c.family, 'a', sizeof c.family);
+  SECTION("a family name that is empty or lies past the text area") {
+    SECTION("empty") {
+      c.family_bytes = 0;
+    }
+    SECTION("past the end") {
+      c.family_offset = kRoomy.text_bytes() - 2;
+      c.family_bytes = 3;
+    }
+    SECTION("at a wrapping offset") {
+      c.family_offset = 0xFFFFFFFFu;
+      c.family_bytes = 0xFFFFFFFFu;
+    }
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("a family name that breaks the naming rule") {
-    std::memcpy(c.family, "bad name", 9);
+    block.region().text[c.family_offset + 1] = ' ';
     CHECK_FALSE(reader.read_descriptor(counter));
   }
-  SECTION("a label list without its terminator") {
-    std::memset(block.region().text + c.labels_offset, 'x', c.labels_bytes);
+  SECTION("a label list whose lengths point past its end") {
+    std::uint32_t length = 0;
+    SECTION("a name length past the list") {
+      length = c.labels_bytes;
+      std::memcpy(block.region().text + c.labels_offset, &length, 4);
+    }
+    SECTION("a value length past the list") {
+      length = 0xFFFFFFFFu;
+      std::memcpy(block.region().text + c.labels_offset + 5, &length, 4);
+    }
+    SECTION("a list cut inside a length") {
+      c.labels_bytes -= 2;
+    }
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("a label list or help text past the end of the text area") {
@@ -416,22 +436,24 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
     SECTION("labels at a wrapping offset") {
       c.labels_offset = 0xFFFFFFFFu;
     }
-    SECTION("an empty label list") {
-      c.labels_bytes = 0;
+    SECTION("labels longer than the text area") {
+      c.labels_offset = 0;
+      c.labels_bytes = 0xFFFFFFFFu;
     }
     SECTION("help") {
       c.help_offset = text_bytes;
       c.help_bytes = 1;
     }
-    SECTION("help longer than allowed") {
-      c.help_bytes = shm::kHelpBytes + 1;
+    SECTION("help at a wrapping offset") {
+      c.help_offset = 0xFFFFFF00u;
+      c.help_bytes = 0x100;
     }
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("a label value or help text that is not UTF-8") {
     SECTION("label value") {
-      // "a\0b\0\0": overwrite the value byte with a lone continuation byte.
-      block.region().text[c.labels_offset + 2] = static_cast<char>(0x80);
+      // [1]"a"[1]"b": overwrite the value byte with a lone continuation byte.
+      block.region().text[c.labels_offset + 9] = static_cast<char>(0x80);
     }
     SECTION("help") {
       block.region().text[c.help_offset] = static_cast<char>(0xC0);
@@ -439,7 +461,9 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("a histogram with a label named le, or one label twice") {
-    std::memcpy(block.region().text + c.labels_offset, "le", 2);
+    const shm::LabelPairs le{{"le", "1"}};
+    shm::encode_series_labels(le, block.region().text + c.labels_offset);
+    c.labels_bytes = static_cast<std::uint32_t>(shm::encoded_series_label_bytes(le));
     c.kind = static_cast<std::uint8_t>(shm::SeriesKind::kHistogram);
     c.bucket_count = 0;
     CHECK_FALSE(reader.read_descriptor(counter));
@@ -492,6 +516,80 @@ TEST_CASE("Label lists round-trip through their encoding and malformed bytes dec
   CHECK_FALSE(shm::decode_label_pairs(buffer, sizeof buffer));
   std::memcpy(buffer, "name\0value", 10);  // value never terminated within 10 bytes
   CHECK_FALSE(shm::decode_label_pairs(buffer, 10));
+}
+
+TEST_CASE(
+    "Series label lists carry explicit lengths, so values may hold NUL, and malformed lists decode to "
+    "nothing",
+    "[cumulative]") {
+  const shm::LabelPairs labels{
+      {"a", std::string("x\0y", 3)}, {"b_c", ""}, {"d", std::string("\0", 1)}, {"e", std::string(5000, 'v')}};
+  std::string buffer(shm::encoded_series_label_bytes(labels), '\0');
+  CHECK(buffer.size() == 4 * 8 + 1 + 3 + 3 + 0 + 1 + 1 + 1 + 5000);
+  shm::encode_series_labels(labels, buffer.data());
+  const auto decoded = shm::decode_series_labels(buffer.data(), buffer.size());
+  REQUIRE(decoded);
+  CHECK(*decoded == labels);
+  CHECK(shm::decode_series_labels(buffer.data(), 0) == shm::LabelPairs{});
+  // A cut anywhere but between two labels leaves a length pointing past the list.
+  for (std::size_t cut = 1; cut < buffer.size(); ++cut) {
+    const bool between = cut == 12 || cut == 23 || cut == 33;
+    CHECK(shm::decode_series_labels(buffer.data(), cut).has_value() == between);
+  }
+  std::uint32_t huge = 0xFFFFFFF0u;
+  std::memcpy(buffer.data(), &huge, 4);
+  CHECK_FALSE(shm::decode_series_labels(buffer.data(), buffer.size()));
+}
+
+TEST_CASE("Long family names, label values and help texts and NUL inside values round-trip through the block",
+          "[cumulative]") {
+  CumulativeBlock block({64, 64, 1024, 1u << 20});
+  shm::CumulativeWriter writer = block.writer();
+  const std::string family = "f_" + std::string(198, 'n');
+  const std::string help = std::string(10000, 'h') + "\n\\\"";
+  const std::string long_value(5000, 'v');
+  std::uint32_t one = 0;
+  std::uint32_t two = 0;
+  std::uint32_t three = 0;
+  REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family,
+                                 {{"v", std::string("a\0b", 3)}}, {}, one, 0,
+                                 help) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, family,
+                                 {{"v", std::string("a\0c", 3)}}, {}, two, 0,
+                                 help) == shm::RegisterStatus::kOk);
+  REQUIRE(writer.register_series(shm::SeriesKind::kGauge, shm::GaugeMode::kAll, "g",
+                                 {{"long", long_value}, {"emoji", "\xF0\x9F\x98\x80"}}, {},
+                                 three) == shm::RegisterStatus::kOk);
+  const shm::CumulativeReader reader = block.reader();
+  const auto a = reader.read_descriptor(one);
+  const auto b = reader.read_descriptor(two);
+  const auto g = reader.read_descriptor(three);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(g);
+  CHECK(a->family == family);
+  CHECK(a->help == help);
+  CHECK(a->labels == shm::LabelPairs{{"v", std::string("a\0b", 3)}});
+  CHECK(b->labels == shm::LabelPairs{{"v", std::string("a\0c", 3)}});
+  CHECK(g->labels == shm::LabelPairs{{"long", long_value}, {"emoji", "\xF0\x9F\x98\x80"}});
+  // The two series of the family share its name and help in the text area.
+  CHECK(block.descriptor(one).family_offset == block.descriptor(two).family_offset);
+  CHECK(block.descriptor(one).help_offset == block.descriptor(two).help_offset);
+}
+
+TEST_CASE("Texts larger than the text area left are refused as full, never cut", "[cumulative]") {
+  CumulativeBlock block({4, 4, 64, 256});
+  shm::CumulativeWriter writer = block.writer();
+  std::uint32_t id = 0;
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c", {}, {}, id, 0,
+                               std::string(300, 'h')) == shm::RegisterStatus::kFull);
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, std::string(300, 'c'), {}, {},
+                               id) == shm::RegisterStatus::kFull);
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c",
+                               {{"v", std::string(250, 'v')}}, {}, id) == shm::RegisterStatus::kFull);
+  CHECK(writer.register_series(shm::SeriesKind::kCounter, shm::GaugeMode::kAll, "c",
+                               {{"v", std::string(240, 'v')}}, {}, id) == shm::RegisterStatus::kOk);
+  CHECK(failures(block) == 3);
 }
 
 TEST_CASE("A reader never accepts a torn gauge or histogram while a writer thread updates them",

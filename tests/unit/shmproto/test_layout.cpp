@@ -81,17 +81,19 @@ struct ExpectedRecordHeader {
 };
 
 struct ExpectedCumulativeHeader {
-  std::uint32_t series_capacity;        // 0
-  std::uint32_t bounds_capacity;        // 4
-  std::uint32_t values_capacity;        // 8
-  std::uint32_t text_capacity;          // 12
-  std::uint8_t gap0[48];                // 16
-  std::uint32_t series_count;           // 64
-  std::uint32_t bounds_used;            // 68
-  std::uint32_t values_used;            // 72
-  std::uint32_t registration_failures;  // 76
-  std::uint32_t text_used;              // 80
-  std::uint8_t gap1[44];                // 84
+  std::uint32_t series_capacity;         // 0
+  std::uint32_t bounds_capacity;         // 4
+  std::uint32_t values_capacity;         // 8
+  std::uint32_t text_capacity;           // 12
+  std::uint8_t gap0[48];                 // 16
+  std::uint32_t series_count;            // 64
+  std::uint32_t bounds_used;             // 68
+  std::uint32_t values_used;             // 72
+  std::uint32_t registration_failures;   // 76
+  std::uint32_t text_used;               // 80
+  std::uint32_t registrations_no_space;  // 84
+  std::uint32_t registrations_full;      // 88
+  std::uint8_t gap1[36];                 // 92
 };
 
 struct ExpectedSeriesDescriptor {
@@ -105,7 +107,9 @@ struct ExpectedSeriesDescriptor {
   std::uint32_t labels_bytes;   // 20
   std::uint32_t help_offset;    // 24
   std::uint32_t help_bytes;     // 28
-  char family[96];              // 32
+  std::uint32_t family_offset;  // 32
+  std::uint32_t family_bytes;   // 36
+  std::uint8_t gap0[88];        // 40
 };
 
 struct ExpectedSeriesUpdateRecord {
@@ -360,6 +364,8 @@ TEST_CASE("Record headers, cumulative headers, descriptors and priority entries 
     CHECK(actual.registration_failures == expected.registration_failures);
     CHECK(actual.text_capacity == expected.text_capacity);
     CHECK(actual.text_used == expected.text_used);
+    CHECK(actual.registrations_no_space == expected.registrations_no_space);
+    CHECK(actual.registrations_full == expected.registrations_full);
   }
   SECTION("series descriptor") {
     ExpectedSeriesDescriptor expected;
@@ -375,7 +381,8 @@ TEST_CASE("Record headers, cumulative headers, descriptors and priority entries 
     CHECK(actual.labels_bytes == expected.labels_bytes);
     CHECK(actual.help_offset == expected.help_offset);
     CHECK(actual.help_bytes == expected.help_bytes);
-    CHECK(same_bytes(actual.family, expected.family));
+    CHECK(actual.family_offset == expected.family_offset);
+    CHECK(actual.family_bytes == expected.family_bytes);
     STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kCounter) == 1);
     STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kGauge) == 2);
     STATIC_REQUIRE(static_cast<int>(shm::SeriesKind::kHistogram) == 3);

@@ -26,17 +26,14 @@ collectors by rank, everything else by pid (rankstat.backend).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import os
-import sys
 import threading
-from contextlib import contextmanager
 from typing import Any, Dict
 
-from .. import _import_hook, backend
-from ..metrics import Counter, Gauge, Histogram, Summary
+from .. import _import_hook
+from .._class_swap import CLASS_HOOKS, constructing_in_segment, is_wrapper, prometheus_classes_swapped
 
 COLLECTOR_MODULE = "sglang.srt.observability.metrics_collector"
 
@@ -50,49 +47,10 @@ ROLE_CLASSES = {
 }
 SUBCLASS_PREFIX = "Rankstat"
 
-_METRIC_CLASSES = {"Counter": Counter, "Gauge": Gauge, "Histogram": Histogram, "Summary": Summary}
-# SGLang's metric-class hooks (class attributes of its collectors' mixin, None by default) and what they take.
-_HOOKS = {"_" + name.lower() + "_cls": cls for name, cls in _METRIC_CLASSES.items()}
-_swap_lock = threading.RLock()
-_swap_originals: Dict[str, Any] = {}  # prometheus_client's own classes while the outermost swap lasts
-
-
-@contextmanager
-def prometheus_classes_swapped():
-    """prometheus_client's Counter/Gauge/Histogram/Summary are rankstat's inside the block (for code
-    that imports them at call time, as SGLang's collectors and GaugeHistogram do). Reentrant; other
-    threads building prometheus_client metrics meanwhile get rankstat's too."""
-    import prometheus_client
-    with _swap_lock:
-        saved = {name: getattr(prometheus_client, name) for name in _METRIC_CLASSES}
-        outermost = not _swap_originals
-        if outermost:
-            _swap_originals.update(saved)
-        try:
-            for name, cls in _METRIC_CLASSES.items():
-                setattr(prometheus_client, name, cls)
-            yield
-        finally:
-            for name, cls in saved.items():
-                setattr(prometheus_client, name, cls)
-            if outermost:
-                _swap_originals.clear()
-
 
 def _after_fork_in_child() -> None:
-    # Only the forking thread exists in the child. If it holds the swap (or nobody does), it restores the
-    # classes itself; if another thread was inside a swap, it never will: prometheus_client gets its own
-    # classes back and the lock is new, or the child's first swap would hang.
-    global _swap_lock, _subclass_lock, _install_lock
-    if _swap_lock.acquire(blocking=False):
-        _swap_lock.release()
-    else:
-        module = sys.modules.get("prometheus_client")
-        if module is not None:
-            for name, cls in _swap_originals.items():
-                setattr(module, name, cls)
-        _swap_originals.clear()
-        _swap_lock = threading.RLock()
+    # A thread holding one of these locks when another forks would leave it held in the child forever.
+    global _subclass_lock, _install_lock
     _subclass_lock = threading.Lock()
     _install_lock = threading.Lock()
 
@@ -119,18 +77,9 @@ def _collector_labels(init, args, kwargs) -> Dict[str, Any]:
 
 
 def _building_rankstat_metrics(init, class_name: str):
-    """`init` (an SGLang collector's __init__) naming the segment, then running with rankstat's
-    metric classes in place of prometheus_client's."""
-    role = _role_of(class_name)
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        backend.segment().hint_identity(role, _collector_labels(init, args, kwargs))
-        with prometheus_classes_swapped():
-            init(self, *args, **kwargs)
-
-    __init__.__rankstat_wraps__ = init
-    return __init__
+    """`init` (an SGLang collector's __init__) naming the segment by the collector's role and labels, then
+    running with rankstat's metric classes in place of prometheus_client's."""
+    return constructing_in_segment(init, _role_of(class_name), _collector_labels)
 
 
 def _make_subclass(class_name: str) -> type:
@@ -146,7 +95,7 @@ def _make_subclass(class_name: str) -> type:
         "__module__": __name__,
         "__qualname__": name,
         "__doc__": f"SGLang's {class_name}, building its metrics in the process's rankstat segment.",
-        **_HOOKS,
+        **CLASS_HOOKS,
         "__init__": _building_rankstat_metrics(base.__init__, class_name),
     }
     return type(name, (base,), namespace)
@@ -196,7 +145,7 @@ def _set_unset_hooks(cls: type) -> None:
     """Points every metric-class hook `cls` has and nobody set at rankstat's class. SGLang's code takes
     other branches with a hook set (at 6a7c8a1d, one observe() per token instead of reaching into the
     histogram child), the ones its stat_loggers subclasses get: the same behaviour whichever way in."""
-    for hook, rankstat_cls in _HOOKS.items():
+    for hook, rankstat_cls in CLASS_HOOKS.items():
         if hook in dir(cls) and getattr(cls, hook) is None:
             setattr(cls, hook, rankstat_cls)
 
@@ -211,7 +160,7 @@ def patch_collector_module(module, *, routed_roles: bool = True) -> list:
         if not _is_collector(name, obj, module) or name in routed:
             continue
         init = obj.__dict__.get("__init__")
-        if init is None or hasattr(init, "__rankstat_wraps__"):
+        if init is None or is_wrapper(init):
             continue
         _set_unset_hooks(obj)
         obj.__init__ = _building_rankstat_metrics(init, name)

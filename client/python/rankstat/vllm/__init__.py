@@ -17,7 +17,6 @@ core's stats: that process gets one segment, `rankstat.<instance>.tokenizer.pid<
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import os
@@ -25,22 +24,22 @@ import threading
 from types import ModuleType
 from typing import Any, Callable, Dict
 
-from .. import _import_hook, backend
+from .. import _import_hook
 from .._autoload import enabled
-from ..metrics import Counter, Gauge, Histogram, Summary
-from ..sglang import prometheus_classes_swapped
+from .._class_swap import CLASS_HOOKS, METRIC_CLASSES, constructing_in_segment, is_wrapper, swapping
 
 LOGGER_MODULE = "vllm.v1.metrics.loggers"
 SUBCLASS_NAME = "RankstatPrometheusStatLogger"
 
-_METRIC_CLASSES = {"Counter": Counter, "Gauge": Gauge, "Histogram": Histogram, "Summary": Summary}
-_HOOKS = {"_gauge_cls": Gauge, "_counter_cls": Counter, "_histogram_cls": Histogram}
+# The metric-class hooks vLLM's loggers have (no summaries).
+_HOOKS = {hook: CLASS_HOOKS[hook] for hook in ("_gauge_cls", "_counter_cls", "_histogram_cls")}
 # PrometheusStatLogger's helper-class hooks, each a class that builds a few families with hooks of its own.
 _HELPER_HOOKS = ("_spec_decoding_cls", "_perf_metrics_cls", "_kv_connector_cls", "_ec_connector_cls")
 # Per-step methods: they update metrics and build none (no class swap on the engine's hot path).
 _HOT_METHODS = frozenset({"record"})
 
 _lock = threading.Lock()
+_PATCHED = "__rankstat_patched__"
 
 
 def _new_lock_after_fork() -> None:
@@ -53,27 +52,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
-def _building_in_segment(init: Callable) -> Callable:
-    """`init` naming the process's segment first, then running with prometheus_client's classes swapped
-    for rankstat's (vLLM before the metric-class hooks builds through prometheus_client's module)."""
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        backend.segment().hint_identity("tokenizer", {})
-        with prometheus_classes_swapped():
-            init(self, *args, **kwargs)
-    __init__.__rankstat_wraps__ = init
-    return __init__
-
-
-def _swapping(method: Callable) -> Callable:
-    @functools.wraps(method)
-    def swapped(self, *args, **kwargs):
-        with prometheus_classes_swapped():
-            return method(self, *args, **kwargs)
-    swapped.__rankstat_wraps__ = method
-    return swapped
-
-
 def _wrapped_methods(cls: type, public: bool) -> Dict[str, Callable]:
     """The constructor and, with `public`, every public method of `cls` but the per-step ones, wrapped so
     that metrics they build are rankstat's whatever the version: vLLM builds vllm:cache_config_info in
@@ -81,12 +59,13 @@ def _wrapped_methods(cls: type, public: bool) -> Dict[str, Callable]:
     module attribute. (A helper class builds its metrics in its constructor, which the logger's runs.)"""
     out: Dict[str, Callable] = {}
     for name, fn in inspect.getmembers(cls, inspect.isfunction):
-        if hasattr(fn, "__rankstat_wraps__") or getattr(fn, "__isabstractmethod__", False):
+        if is_wrapper(fn) or getattr(fn, "__isabstractmethod__", False):
             continue
         if name == "__init__":
-            out[name] = _building_in_segment(fn)
+            # vLLM's loggers live in the front-end process (AsyncLLM), which SGLang calls the tokenizer.
+            out[name] = constructing_in_segment(fn, "tokenizer")
         elif public and not name.startswith("_") and name not in _HOT_METHODS:
-            out[name] = _swapping(fn)
+            out[name] = swapping(fn)
     return out
 
 
@@ -114,9 +93,9 @@ def _make_logger_class() -> type:
 def _make_disabled_plugin() -> type:
     """What the entry point gives without RANKSTAT_VLLM=1: a per-engine logger that records nothing, so
     vLLM keeps its own PrometheusStatLogger (it adds one unless a custom logger is one)."""
-    base = importlib.import_module(LOGGER_MODULE).StatLoggerBase
+    base: Any = importlib.import_module(LOGGER_MODULE).StatLoggerBase  # vLLM's class, known only at run time
 
-    class RankstatDisabled(base):
+    class RankstatDisabled(base):  # type: ignore[misc, valid-type]
         def __init__(self, vllm_config: Any = None, engine_index: int = 0):
             pass
 
@@ -158,7 +137,7 @@ def patch_logger_module(module: ModuleType) -> bool:
     if not isinstance(base, type):
         return False
     with _lock:
-        if base.__dict__.get("__rankstat_patched__"):
+        if base.__dict__.get(_PATCHED):
             return True
         for cls in [base] + [h for h in (getattr(base, a, None) for a in _HELPER_HOOKS) if isinstance(h, type)]:
             for hook, rankstat_cls in _HOOKS.items():
@@ -167,10 +146,10 @@ def patch_logger_module(module: ModuleType) -> bool:
         for name, fn in _wrapped_methods(base, public=True).items():
             setattr(base, name, fn)
         import prometheus_client
-        for name, rankstat_cls in _METRIC_CLASSES.items():
+        for name, rankstat_cls in METRIC_CLASSES.items():
             if getattr(module, name, None) is getattr(prometheus_client, name):
                 setattr(module, name, rankstat_cls)
-        base.__rankstat_patched__ = True
+        setattr(base, _PATCHED, True)
     return True
 
 

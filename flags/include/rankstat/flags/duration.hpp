@@ -1,10 +1,12 @@
-// Durations as flags take them, for rankstatd and the rankstat CLI alike.
+// Durations, for rankstatd's and the rankstat CLI's flags and for the web config file alike: one grammar,
+// one parser.
 //
-// Grammar: one or more <number><unit> parts, units ms, s, m, h, as Prometheus writes them ("250ms",
-// "1.5s", "1m30s", "2h"); or a bare number, which means seconds (as in top -d, watch -n, sleep).
-// A number is digits with an optional fraction: no sign, no exponent, no "nan" or "inf". Anything else
-// (trailing junk, an empty string, more than kMaxDuration) is refused. The result is truncated to
-// whole milliseconds.
+// Grammar: Go's time.ParseDuration (which the exporter toolkit's web config uses) — one or more
+// <number><unit> parts, units ns, us (or µs), ms, s, m, h ("250ms", "1.5s", "1m30s", "2h45m"); a number is
+// digits with an optional fraction (".5s" and "5.s" as Go reads them), no sign, exponent, "nan" or "inf".
+// A bare number is Go's "0" only, or, for the flags that allow it, seconds (as in top -d, watch -n,
+// sleep). Anything else (trailing junk, "1.2.3s", an empty string, a negative value, more than
+// kMaxDuration) is refused with an error that quotes the text.
 #pragma once
 
 #include <chrono>
@@ -20,7 +22,7 @@ inline constexpr std::chrono::milliseconds kMaxDuration = std::chrono::hours(24 
 enum class BareNumber {
   kSeconds,   // "2" is 2s (the CLI)
   kOnlyZero,  // "0" is 0; "2" is refused for having no unit (rankstatd, where a bare number once
-              // meant milliseconds: refusing it beats silently reading it 1000 times longer)
+              // meant milliseconds: refusing it beats silently reading it 1000 times longer; and Go)
 };
 
 struct DurationParse {
@@ -28,6 +30,17 @@ struct DurationParse {
   std::string error;  // when !value: why, quoting the text, e.g. "'2' has no unit; write 2ms or 2s"
 };
 
+// In whole milliseconds (truncated), for flags and timers. A non-zero duration shorter than a millisecond
+// ("500us") is refused rather than read as 0.
 DurationParse parse_duration(std::string_view text, BareNumber bare = BareNumber::kSeconds);
+
+struct ExactDurationParse {
+  std::optional<std::chrono::nanoseconds> value;
+  std::string error;  // as DurationParse::error
+};
+
+// In nanoseconds (rounded to the nearest), as Go's time.ParseDuration reads a non-negative duration: a
+// bare number must be 0.
+ExactDurationParse parse_go_duration(std::string_view text);
 
 }  // namespace rankstat::flags

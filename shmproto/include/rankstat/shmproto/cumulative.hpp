@@ -13,6 +13,8 @@
 // Everything that must survive a dropped ring record or a daemon restart lives here.
 #pragma once
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -33,8 +35,9 @@
 namespace rankstat::shm {
 
 // Family names follow the Prometheus rule [a-zA-Z_:][a-zA-Z0-9_:]*; label names [a-zA-Z_][a-zA-Z0-9_]*.
+// Any length, as prometheus_client accepts them: the text area is the only bound.
 inline bool is_valid_metric_name(std::string_view name) {
-  if (name.empty() || name.size() >= kFamilyNameBytes) return false;
+  if (name.empty()) return false;
   for (std::size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
     const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
@@ -45,7 +48,7 @@ inline bool is_valid_metric_name(std::string_view name) {
 }
 
 inline bool is_valid_label_name(std::string_view name) {
-  if (name.empty() || name.size() > 64 || name.starts_with("__")) return false;
+  if (name.empty() || name.starts_with("__")) return false;
   for (std::size_t i = 0; i < name.size(); ++i) {
     const char c = name[i];
     const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
@@ -138,14 +141,56 @@ inline bool labels_allowed(SeriesKind kind, const LabelPairs& labels) {
   return true;
 }
 
-// Encoded size of a label list ("name\0value\0...\0" with the final \0).
-inline std::size_t encoded_label_bytes(const LabelPairs& labels) {
-  std::size_t bytes = 1;
-  for (const auto& [name, value] : labels) bytes += name.size() + 1 + value.size() + 1;
+// A series' label list in the text area (layout.hpp, SeriesDescriptor): per label a u32 name length,
+// the name, a u32 value length, the value. Values may hold any byte, NUL included.
+inline std::uint64_t encoded_series_label_bytes(const LabelPairs& labels) {
+  std::uint64_t bytes = 0;
+  for (const auto& [name, value] : labels) bytes += 4 + name.size() + 4 + value.size();
   return bytes;
 }
 
-// Encodes "name\0value\0...\0" into `out` (capacity bytes). Label values may hold any byte but NUL.
+// Writes the list encoded_series_label_bytes(labels) long into `out`; every text is shorter than 4 GiB
+// (the caller checked the list fits the text area).
+inline void encode_series_labels(const LabelPairs& labels, char* out) {
+  std::size_t at = 0;
+  auto put = [&](std::string_view text) {
+    const auto length = static_cast<std::uint32_t>(text.size());
+    std::memcpy(out + at, &length, 4);
+    if (!text.empty()) std::memcpy(out + at + 4, text.data(), text.size());
+    at += 4 + text.size();
+  };
+  for (const auto& [name, value] : labels) {
+    put(name);
+    put(value);
+  }
+}
+
+// Decodes a series' label list of exactly `size` bytes; nullopt unless every length stays inside it and
+// every name is valid (the bytes come from shared memory: untrusted).
+inline std::optional<LabelPairs> decode_series_labels(const char* bytes, std::size_t size) {
+  LabelPairs labels;
+  std::size_t at = 0;
+  auto take = [&](std::string& text) {
+    std::uint32_t length = 0;
+    if (size - at < 4) return false;
+    std::memcpy(&length, bytes + at, 4);
+    at += 4;
+    if (length > size - at) return false;
+    text.assign(bytes + at, length);
+    at += length;
+    return true;
+  };
+  while (at < size) {
+    std::string name;
+    std::string value;
+    if (!take(name) || !take(value) || !is_valid_label_name(name)) return std::nullopt;
+    labels.emplace_back(std::move(name), std::move(value));
+  }
+  return labels;
+}
+
+// The segment header's extra labels: "name\0value\0...\0" in a fixed field (identity labels, which
+// never hold a NUL). Encodes into `out` (capacity bytes).
 inline bool encode_label_pairs(const LabelPairs& labels, char* out, std::size_t capacity) {
   std::size_t used = 0;
   for (const auto& [name, value] : labels) {
@@ -213,15 +258,91 @@ inline double load_f64(std::uint64_t& word, std::memory_order order = std::memor
   return std::bit_cast<double>(shared(word).load(order));
 }
 
-enum class RegisterStatus : std::uint8_t { kOk = 0, kInvalid = 1, kFull = 2 };
+// kNoSpace: the block has capacity left but the shm directory had no page for the series (ENOSPC while
+// reserving it); a later registration may succeed once space frees.
+enum class RegisterStatus : std::uint8_t { kOk = 0, kInvalid = 1, kFull = 2, kNoSpace = 3 };
+
+// The block's four regions, in file order.
+enum class CumulativeArea : std::uint8_t { kDescriptors = 0, kBounds = 1, kValues = 2, kText = 3 };
+inline constexpr std::size_t kCumulativeAreas = 4;
+
+// Which pages of a segment's cumulative block hold tmpfs pages. The file has its full size from the
+// start (ftruncate) and is mapped whole, but only the pages below each region's reserved mark are
+// backed (posix_fallocate): the rest is a hole until a registration needs it. A write into a hole of a
+// full tmpfs would raise SIGBUS in the engine, so the writer writes only below the marks and reserves
+// (cold path, registration only) before it bumps a region's use past its mark. Readers read only below
+// the published counts, which are below the marks, so they never fault a hole in either.
+struct CumulativeSpace {
+  int fd = -1;                     // -1: every page is backed already (heap memory, or reserved whole)
+  std::uint64_t block_offset = 0;  // file offset of the cumulative header
+  std::uint64_t reserved[kCumulativeAreas] = {};  // bytes reserved from each region's start
+
+  // Growth doubles a region's reservation, by at most this much at a time.
+  static constexpr std::uint64_t kMaxStepBytes = std::uint64_t{1} << 20;
+};
+
+inline std::uint64_t cumulative_area_offset(const CumulativeGeometry& g, CumulativeArea area) {
+  switch (area) {
+    case CumulativeArea::kDescriptors:
+      return g.descriptors_offset();
+    case CumulativeArea::kBounds:
+      return g.bounds_offset();
+    case CumulativeArea::kValues:
+      return g.values_offset();
+    case CumulativeArea::kText:
+      break;
+  }
+  return g.text_offset();
+}
+
+inline std::uint64_t cumulative_area_bytes(const CumulativeGeometry& g, CumulativeArea area) {
+  switch (area) {
+    case CumulativeArea::kDescriptors:
+      return std::uint64_t{g.series_capacity} * sizeof(SeriesDescriptor);
+    case CumulativeArea::kBounds:
+      return std::uint64_t{g.bounds_capacity} * 8;
+    case CumulativeArea::kValues:
+      return std::uint64_t{g.values_capacity} * 8;
+    case CumulativeArea::kText:
+      break;
+  }
+  return g.text_bytes();
+}
+
+// The reservation after growing region `area` (currently `reserved` bytes) to hold `needed` bytes:
+// double, by at most kMaxStepBytes past what is needed, ending on a page boundary of the file
+// (block_offset is page aligned), never past the region. From nothing (creation) it is the rest of the
+// page the region starts in, or one page when it starts on one.
+inline std::uint64_t grown_reservation(const CumulativeGeometry& g, CumulativeArea area,
+                                       std::uint64_t reserved, std::uint64_t needed) {
+  const std::uint64_t start = cumulative_area_offset(g, area);
+  const std::uint64_t size = cumulative_area_bytes(g, area);
+  std::uint64_t want = std::max({needed, reserved * 2, std::uint64_t{1}});
+  want = std::min(want, needed + CumulativeSpace::kMaxStepBytes);
+  const std::uint64_t end = align_up(start + want, 4096) - start;
+  return std::min(end, size);
+}
+
+// Reserves [from, to) bytes of region `area` in the file; 0 or the errno (EINTR is retried).
+inline int reserve_cumulative_pages(const CumulativeSpace& space, const CumulativeGeometry& g,
+                                    CumulativeArea area, std::uint64_t from, std::uint64_t to) {
+  if (space.fd < 0 || to <= from) return 0;
+  const std::uint64_t at = space.block_offset + cumulative_area_offset(g, area) + from;
+  int e = 0;
+  do {
+    e = posix_fallocate(space.fd, static_cast<off_t>(at), static_cast<off_t>(to - from));
+  } while (e == EINTR);
+  return e;
+}
 
 // Writer half. Not thread-safe: the owning rank thread registers and updates; registration may
 // allocate nothing in shared memory beyond the block's fixed capacity (it allocates on the heap: the
-// help-text table below).
+// help-text table below). With a CumulativeSpace it reserves the block's pages as it fills them.
 class CumulativeWriter {
  public:
   CumulativeWriter() = default;
-  explicit CumulativeWriter(CumulativeRegion region) : region_(region) {
+  explicit CumulativeWriter(CumulativeRegion region, CumulativeSpace space = {})
+      : region_(region), space_(space) {
     capacity_series_ = region.header->series_capacity;
     capacity_bounds_ = region.header->bounds_capacity;
     capacity_values_ = region.header->values_capacity;
@@ -230,6 +351,15 @@ class CumulativeWriter {
     bounds_used_ = region.header->bounds_used;
     values_used_ = region.header->values_used;
     text_used_ = region.header->text_used;
+    geometry_ = {capacity_series_, capacity_bounds_, capacity_values_, capacity_text_};
+  }
+
+  // errno of the last reservation that failed (0: none), for the caller's message.
+  int last_reserve_error() const { return reserve_error_; }
+  // Bytes of region `area` reserved so far (its whole size without a CumulativeSpace).
+  std::uint64_t reserved_bytes(CumulativeArea area) const {
+    return space_.fd < 0 ? cumulative_area_bytes(geometry_, area)
+                         : space_.reserved[static_cast<std::size_t>(area)];
   }
 
   // Registers a series; on success `out_index` names it for the update calls. `bounds` are the finite
@@ -243,14 +373,11 @@ class CumulativeWriter {
         static_cast<std::uint8_t>(kind) < 1 || static_cast<std::uint8_t>(kind) > kSeriesKindMax ||
         (kind != SeriesKind::kHistogram && !bounds.empty()) ||
         static_cast<std::uint8_t>(mode) >= kGaugeModeCount || !labels_allowed(kind, labels) ||
-        help.size() > kHelpBytes || !is_valid_utf8(help)) {
+        !is_valid_utf8(help)) {
       return fail(RegisterStatus::kInvalid);
     }
-    for (const auto& [name, value] : labels) {
-      if (value.find('\0') != std::string::npos) return fail(RegisterStatus::kInvalid);
-    }
-    const std::size_t label_bytes = encoded_label_bytes(labels);
-    if (label_bytes > kSeriesLabelBytes) return fail(RegisterStatus::kInvalid);
+    // Texts are bounded by the text area only (u64 sums: a list of huge texts cannot wrap).
+    const std::uint64_t label_bytes = encoded_series_label_bytes(labels);
     for (std::size_t i = 0; i < bounds.size(); ++i) {
       if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
         return fail(RegisterStatus::kInvalid);
@@ -260,7 +387,16 @@ class CumulativeWriter {
     if (series_count_ >= capacity_series_ || values_used_ + words > capacity_values_) {
       return fail(RegisterStatus::kFull);
     }
-    // Help texts are per family: store each (family, text) once.
+    // Family names and help texts are per family: store each name, and each (family, text), once.
+    std::uint32_t family_offset = 0;
+    bool store_family = false;
+    family_key_.assign(family);
+    const auto known_family = family_offsets_.find(family_key_);
+    if (known_family != family_offsets_.end()) {
+      family_offset = known_family->second;
+    } else {
+      store_family = true;
+    }
     std::uint32_t help_offset = 0;
     bool store_help = false;
     if (!help.empty()) {
@@ -271,30 +407,47 @@ class CumulativeWriter {
         help_offset = found->second;
       } else {
         store_help = true;
-        help_offset = text_used_;
       }
     }
-    const std::uint64_t text_needed = (store_help ? help.size() : 0) + label_bytes;
+    const std::uint64_t text_needed =
+        (store_family ? family.size() : 0) + (store_help ? help.size() : 0) + label_bytes;
     if (std::uint64_t{text_used_} + text_needed > capacity_text_) return fail(RegisterStatus::kFull);
     // Histograms of one family usually share bounds: reuse the last bounds written when equal.
     std::uint32_t bounds_offset = last_bounds_offset_;
     const bool reuse = !bounds.empty() && last_bounds_size_ == bounds.size() &&
                        std::equal(bounds.begin(), bounds.end(), region_.bounds + last_bounds_offset_);
-    if (!reuse && !bounds.empty()) {
-      if (bounds_used_ + bounds.size() > capacity_bounds_) return fail(RegisterStatus::kFull);
+    const bool new_bounds = !reuse && !bounds.empty();
+    if (new_bounds && bounds_used_ + bounds.size() > capacity_bounds_) return fail(RegisterStatus::kFull);
+    // Every page the series will be written to is reserved before anything is written: a refusal
+    // leaves the block exactly as it was (what was reserved stays reserved, for the next series).
+    const std::uint64_t ends[kCumulativeAreas] = {
+        (std::uint64_t{series_count_} + 1) * sizeof(SeriesDescriptor),
+        (std::uint64_t{bounds_used_} + (new_bounds ? bounds.size() : 0)) * 8,
+        (std::uint64_t{values_used_} + words) * 8, std::uint64_t{text_used_} + text_needed};
+    for (std::size_t area = 0; area < kCumulativeAreas; ++area) {
+      if (!reserve(static_cast<CumulativeArea>(area), ends[area])) return fail(RegisterStatus::kNoSpace);
+    }
+    if (new_bounds) {
       bounds_offset = bounds_used_;
       std::copy(bounds.begin(), bounds.end(), region_.bounds + bounds_offset);
       bounds_used_ += static_cast<std::uint32_t>(bounds.size());
       last_bounds_offset_ = bounds_offset;
       last_bounds_size_ = bounds.size();
     }
+    if (store_family) {
+      family_offset = text_used_;
+      std::memcpy(region_.text + text_used_, family.data(), family.size());
+      text_used_ += static_cast<std::uint32_t>(family.size());
+      family_offsets_.emplace(family_key_, family_offset);
+    }
     if (store_help) {
+      help_offset = text_used_;
       std::memcpy(region_.text + text_used_, help.data(), help.size());
       text_used_ += static_cast<std::uint32_t>(help.size());
       help_offsets_.emplace(help_key_, help_offset);
     }
     const std::uint32_t labels_offset = text_used_;
-    encode_label_pairs(labels, region_.text + labels_offset, label_bytes);
+    encode_series_labels(labels, region_.text + labels_offset);
     text_used_ += static_cast<std::uint32_t>(label_bytes);
 
     SeriesDescriptor fresh{};
@@ -308,7 +461,8 @@ class CumulativeWriter {
     fresh.labels_bytes = static_cast<std::uint32_t>(label_bytes);
     fresh.help_offset = help.empty() ? 0 : help_offset;
     fresh.help_bytes = static_cast<std::uint32_t>(help.size());
-    std::memcpy(fresh.family, family.data(), family.size());
+    fresh.family_offset = family_offset;
+    fresh.family_bytes = static_cast<std::uint32_t>(family.size());
     region_.descriptors[series_count_] = fresh;
     values_used_ += words;
     out_index = series_count_++;
@@ -325,6 +479,11 @@ class CumulativeWriter {
   void counter_add(std::uint32_t index, double delta) {
     std::uint64_t& word = region_.values[region_.descriptors[index].values_offset];
     store_f64(word, load_f64(word) + delta);
+  }
+
+  // prometheus_client's Counter.reset(): this writer's total back to 0 (the daemon serves the drop as is).
+  void counter_reset(std::uint32_t index) {
+    store_f64(region_.values[region_.descriptors[index].values_offset], 0.0);
   }
 
   void gauge_set(std::uint32_t index, double value, std::uint64_t now_ns) {
@@ -413,10 +572,38 @@ class CumulativeWriter {
 
   RegisterStatus fail(RegisterStatus status) {
     shared(region_.header->registration_failures).fetch_add(1, std::memory_order_relaxed);
+    if (status == RegisterStatus::kNoSpace)
+      shared(region_.header->registrations_no_space).fetch_add(1, std::memory_order_relaxed);
+    if (status == RegisterStatus::kFull)
+      shared(region_.header->registrations_full).fetch_add(1, std::memory_order_relaxed);
     return status;
   }
 
+  // Makes sure the first `end` bytes of region `area` are backed by pages; false (errno kept) if the
+  // file system refused them. Cold: runs only when a registration crosses a region's mark.
+  bool reserve(CumulativeArea area, std::uint64_t end) {
+    if (space_.fd < 0) return true;
+    std::uint64_t& reserved = space_.reserved[static_cast<std::size_t>(area)];
+    if (end <= reserved) return true;
+    const std::uint64_t target = grown_reservation(geometry_, area, reserved, end);
+    if (reserve_cumulative_pages(space_, geometry_, area, reserved, target) == 0) {
+      reserved = target;
+      return true;
+    }
+    // Not the whole step: perhaps just what this series needs.
+    const int e = reserve_cumulative_pages(space_, geometry_, area, reserved, end);
+    if (e == 0) {
+      reserved = end;
+      return true;
+    }
+    reserve_error_ = e;
+    return false;
+  }
+
   CumulativeRegion region_;
+  CumulativeSpace space_;
+  CumulativeGeometry geometry_{};
+  int reserve_error_ = 0;
   std::uint32_t capacity_series_ = 0;
   std::uint32_t capacity_bounds_ = 0;
   std::uint32_t capacity_values_ = 0;
@@ -427,7 +614,9 @@ class CumulativeWriter {
   std::uint32_t text_used_ = 0;
   std::uint32_t last_bounds_offset_ = 0;
   std::size_t last_bounds_size_ = 0;
-  std::unordered_map<std::string, std::uint32_t> help_offsets_;  // "family\0help" -> text offset
+  std::unordered_map<std::string, std::uint32_t> family_offsets_;  // family -> text offset
+  std::unordered_map<std::string, std::uint32_t> help_offsets_;    // "family\0help" -> text offset
+  std::string family_key_;
   std::string help_key_;
 };
 
@@ -464,6 +653,22 @@ class CumulativeReader {
     return std::min(n, geometry_.series_capacity);
   }
 
+  // Registrations the writer refused, by reason (the writer's own counts: any values).
+  struct Refused {
+    std::uint64_t no_space = 0;  // the shm directory had no page for the series
+    std::uint64_t full = 0;      // the block's capacity was used up
+    std::uint64_t other = 0;     // invalid names, labels or bounds
+  };
+  Refused refused_registrations() const {
+    const CumulativeHeader& h = *region_.header;
+    const std::uint64_t all = shared(h.registration_failures).load(std::memory_order_relaxed);
+    Refused r;
+    r.no_space = shared(h.registrations_no_space).load(std::memory_order_relaxed);
+    r.full = shared(h.registrations_full).load(std::memory_order_relaxed);
+    r.other = all > r.no_space + r.full ? all - r.no_space - r.full : 0;
+    return r;
+  }
+
   // Copies and validates descriptor `index` (< published_series()), its texts and bounds.
   std::optional<SeriesInfo> read_descriptor(std::uint32_t index) const {
     if (index >= geometry_.series_capacity) return std::nullopt;
@@ -477,20 +682,19 @@ class CumulativeReader {
     info.kind = static_cast<SeriesKind>(d.kind);
     info.gauge_mode = static_cast<GaugeMode>(d.gauge_mode);
     if (info.kind != SeriesKind::kHistogram && d.bucket_count != 0) return std::nullopt;
-    const void* family_end = std::memchr(d.family, '\0', sizeof d.family);
-    if (family_end == nullptr) return std::nullopt;
-    info.family.assign(d.family, static_cast<std::size_t>(static_cast<const char*>(family_end) - d.family));
-    if (!is_valid_metric_name(info.family)) return std::nullopt;
+    // Every text must lie inside the text area (u64 sums: hostile offsets and lengths cannot wrap).
     const std::uint64_t text_bytes = geometry_.text_bytes();
-    if (d.labels_bytes == 0 || d.labels_bytes > kSeriesLabelBytes ||
-        std::uint64_t{d.labels_offset} + d.labels_bytes > text_bytes || d.help_bytes > kHelpBytes ||
+    if (d.family_bytes == 0 || std::uint64_t{d.family_offset} + d.family_bytes > text_bytes ||
+        std::uint64_t{d.labels_offset} + d.labels_bytes > text_bytes ||
         std::uint64_t{d.help_offset} + d.help_bytes > text_bytes) {
       return std::nullopt;
     }
+    info.family.assign(region_.text + d.family_offset, d.family_bytes);
+    if (!is_valid_metric_name(info.family)) return std::nullopt;
     // Copied out first: the text area is shared memory, and a hostile writer could change it between a
     // check and a use.
     text_scratch_.assign(region_.text + d.labels_offset, d.labels_bytes);
-    auto labels = decode_label_pairs(text_scratch_.data(), text_scratch_.size());
+    auto labels = decode_series_labels(text_scratch_.data(), text_scratch_.size());
     if (!labels || !labels_allowed(info.kind, *labels)) return std::nullopt;
     info.labels = std::move(*labels);
     info.help.assign(region_.text + d.help_offset, d.help_bytes);

@@ -1,4 +1,4 @@
-// The rankstat shared-memory contract, layout major 2.
+// The rankstat shared-memory contract, layout major 3.
 //
 // One segment per producing rank thread, a file named rankstat.<instance>.<role>.<rank-key> in the shm
 // directory. Byte-level diagrams, the memory-ordering protocol and the compatibility rule are in
@@ -25,7 +25,7 @@ inline constexpr std::uint64_t kMagic = 0x5441'5453'4B4E'4152ull;
 // major, a newer minor only appends (new header fields in reserved space, new record types, new fields
 // at the end of a record whose length grows). A reader of minor m reads min(m, segment minor) worth of
 // fields. layout_hash must equal the reader's hash when the minors are equal.
-inline constexpr std::uint16_t kLayoutMajor = 2;
+inline constexpr std::uint16_t kLayoutMajor = 3;
 inline constexpr std::uint16_t kLayoutMinor = 0;
 
 inline constexpr std::uint32_t kHeaderBytes = 4096;
@@ -261,14 +261,20 @@ struct CumulativeHeader {
   std::uint32_t values_used;            // 72: informational
   std::uint32_t registration_failures;  // 76: series the writer could not add (block full, bad name)
   std::uint32_t text_used;              // 80: informational
-  std::uint8_t reserved2[44];           // 84
+  // Of registration_failures, those refused for room (counted by the writer, exported by the daemon as
+  // rankstat_series_registrations_refused_total{reason}): no_space, the shm directory had no page left
+  // for the series (its pages are reserved as the block grows); full, the block's capacity is used up.
+  std::uint32_t registrations_no_space;  // 84
+  std::uint32_t registrations_full;      // 88
+  std::uint8_t reserved2[36];            // 92
 };
 static_assert(sizeof(CumulativeHeader) == 128);
 // clang-format off
 #define RANKSTAT_CUMULATIVE_HEADER_FIELDS(T, F, R)                                                   \
   F(T, series_capacity, 0) F(T, bounds_capacity, 4) F(T, values_capacity, 8) F(T, text_capacity, 12) \
   R(T, reserved1, 16) F(T, series_count, 64) F(T, bounds_used, 68) F(T, values_used, 72)           \
-  F(T, registration_failures, 76) F(T, text_used, 80) R(T, reserved2, 84)
+  F(T, registration_failures, 76) F(T, text_used, 80) F(T, registrations_no_space, 84)             \
+  F(T, registrations_full, 88) R(T, reserved2, 92)
 // clang-format on
 RANKSTAT_DEFINE_LAYOUT(CumulativeHeader, RANKSTAT_CUMULATIVE_HEADER_FIELDS)
 
@@ -299,31 +305,35 @@ inline constexpr std::uint8_t kGaugeModeCount = 10;
 // the engine's own label dicts (prometheus_client's interface) registers.
 inline constexpr std::uint32_t kSeriesWithoutIdentityLabels = 1u << 0;
 
-inline constexpr std::uint32_t kFamilyNameBytes = 96;
-// Limits of one series' texts in the text area (its label list, its family's help text).
-inline constexpr std::uint32_t kSeriesLabelBytes = 2048;
-inline constexpr std::uint32_t kHelpBytes = 2048;
 inline constexpr std::uint16_t kMaxHistogramBuckets = 256;
 
+// A series' texts (family name, label list, help) live in the text area, each located by offset and
+// length: any length the area has room for, any byte (a NUL inside a label value included). A label list
+// is, per label, a u32 name length, the name, a u32 value length and the value (lengths little-endian and
+// unaligned; the empty list is 0 bytes). Layout 3.0 replaced 2.0's inline 96-byte family name and its
+// NUL-separated label lists, which could not carry a NUL nor a long name.
 struct SeriesDescriptor {
-  std::uint8_t kind;              // 0: SeriesKind
-  std::uint8_t gauge_mode;        // 1: GaugeMode (gauges only)
-  std::uint16_t bucket_count;     // 2: finite bucket bounds (histograms only)
-  std::uint32_t values_offset;    // 4: first value word, index into the values area
-  std::uint32_t bounds_offset;    // 8: first bound, index into the bounds area
-  std::uint32_t flags;            // 12: kSeries* bits
-  std::uint32_t labels_offset;    // 16: byte offset of the label list in the text area
-  std::uint32_t labels_bytes;     // 20: "name\0value\0...\0" with its final \0 (empty list: 1 byte)
-  std::uint32_t help_offset;      // 24: byte offset of the help text in the text area
-  std::uint32_t help_bytes;       // 28: help text bytes, no terminator (0: no help)
-  char family[kFamilyNameBytes];  // 32: metric family name as exposed, NUL-terminated
+  std::uint8_t kind;            // 0: SeriesKind
+  std::uint8_t gauge_mode;      // 1: GaugeMode (gauges only)
+  std::uint16_t bucket_count;   // 2: finite bucket bounds (histograms only)
+  std::uint32_t values_offset;  // 4: first value word, index into the values area
+  std::uint32_t bounds_offset;  // 8: first bound, index into the bounds area
+  std::uint32_t flags;          // 12: kSeries* bits
+  std::uint32_t labels_offset;  // 16: byte offset of the label list in the text area
+  std::uint32_t labels_bytes;   // 20: bytes of the label list (0: no labels)
+  std::uint32_t help_offset;    // 24: byte offset of the help text in the text area
+  std::uint32_t help_bytes;     // 28: help text bytes, no terminator (0: no help)
+  std::uint32_t family_offset;  // 32: byte offset of the family name (as exposed) in the text area
+  std::uint32_t family_bytes;   // 36: family name bytes, no terminator (never 0)
+  std::uint8_t reserved[88];    // 40
 };
 static_assert(sizeof(SeriesDescriptor) == 128);
 // clang-format off
 #define RANKSTAT_SERIES_DESCRIPTOR_FIELDS(T, F, R)                                                  \
   F(T, kind, 0) F(T, gauge_mode, 1) F(T, bucket_count, 2) F(T, values_offset, 4)                  \
   F(T, bounds_offset, 8) F(T, flags, 12) F(T, labels_offset, 16) F(T, labels_bytes, 20)           \
-  F(T, help_offset, 24) F(T, help_bytes, 28) F(T, family, 32)
+  F(T, help_offset, 24) F(T, help_bytes, 28) F(T, family_offset, 32) F(T, family_bytes, 36)       \
+  R(T, reserved, 40)
 // clang-format on
 RANKSTAT_DEFINE_LAYOUT(SeriesDescriptor, RANKSTAT_SERIES_DESCRIPTOR_FIELDS)
 

@@ -129,7 +129,7 @@ constexpr std::uint64_t compute_layout_hash() {
   hash_fields(h, kCumulativeHeaderFields);
   h.add("SeriesDescriptor").add(sizeof(SeriesDescriptor));
   hash_fields(h, kSeriesDescriptorFields);
-  h.add("SeriesKinds").add(kSeriesKindMax).add(kMaxHistogramBuckets).add(kSeriesLabelBytes).add(kHelpBytes);
+  h.add("SeriesKinds").add(kSeriesKindMax).add(kMaxHistogramBuckets).add("length-prefixed texts");
   h.add("SeriesUpdateRecord").add(sizeof(SeriesUpdateRecord)).add(kSeriesUpdateVersion);
   hash_fields(h, kSeriesUpdateRecordFields);
   h.add("SchedulerSnapshot").add(sizeof(SchedulerSnapshot)).add(kSchedulerSnapshotVersion);

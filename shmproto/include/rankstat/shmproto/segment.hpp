@@ -1,7 +1,11 @@
 // Creating, opening and validating segment files.
 //
 // Creation never exposes a half-built segment: the writer creates "<name>.tmp.<pid>.<nonce>" with
-// O_EXCL, reserves every page with posix_fallocate (a full tmpfs is an error now, not a SIGBUS later),
+// O_EXCL, gives it its whole size (ftruncate) but reserves with posix_fallocate only the pages written
+// from the start: the header, the ring and the first page or so of each cumulative region (a full tmpfs
+// is an error now, not a SIGBUS later). The cumulative block's other pages are holes until a
+// registration reserves them (CumulativeWriter, through CreateResult::space): a segment costs what its
+// series use, and a registration the shm directory has no room for is refused, never a SIGBUS. It then
 // fills the header, stores the magic last (release) and renames the file onto its final name. A rank
 // that restarts under the same name therefore replaces the old generation atomically; a reader that
 // still maps the old inode keeps reading it until it lets go.
@@ -147,6 +151,9 @@ struct CreateResult {
   // held (by a live writer, or by a file of another user): one line saying which name, why, and the
   // name used instead. Empty otherwise.
   std::string note;
+  // Which pages of the cumulative block are reserved; the CumulativeWriter takes it over (it shares
+  // `file`'s descriptor, valid as long as `file` is).
+  CumulativeSpace space;
 };
 
 inline std::string resolve_rank_key(const SegmentIdentity& identity, std::uint32_t pid) {
@@ -199,7 +206,7 @@ inline std::optional<std::string> identity_label_problem(const SegmentIdentity& 
     const auto& [name, value] = identity.extra_labels[i];
     const std::string label = "extra label " + quoted_for_message(name);
     if (!is_valid_label_name(name)) {
-      return label + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, at most 64, no \"__\" prefix)";
+      return label + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, no \"__\" prefix)";
     }
     if (name == "le" || name == "quantile" || name == "pid") {
       return label + " is reserved (le: histogram buckets, quantile: summaries, pid: per-process gauges)";
@@ -519,9 +526,31 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
   }
   ::fchmod(fd, options.mode);  // the umask must not take away the daemon's group access
   const std::uint64_t total = g.total_bytes();
-  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
-    return abandon(e == ENOSPC ? CreateError::kNoSpace : CreateError::kIo,
-                   "cannot reserve " + std::to_string(total) + " bytes for " + path + ": " + errno_text(e));
+  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+    const int e = errno;
+    return abandon(e == ENOSPC || e == EFBIG ? CreateError::kNoSpace : CreateError::kIo,
+                   "cannot size " + temporary + " to " + std::to_string(total) + " bytes: " + errno_text(e));
+  }
+  const CumulativeGeometry cg = g.cumulative();
+  CumulativeSpace space;
+  space.fd = fd;
+  space.block_offset = g.cumulative_offset();
+  std::uint64_t reserved_bytes = g.cumulative_offset() + sizeof(CumulativeHeader);
+  int reserve_error = 0;
+  do {
+    reserve_error = posix_fallocate(fd, 0, static_cast<off_t>(reserved_bytes));
+  } while (reserve_error == EINTR);
+  for (std::size_t area = 0; area < kCumulativeAreas && reserve_error == 0; ++area) {
+    const auto which = static_cast<CumulativeArea>(area);
+    const std::uint64_t first = grown_reservation(cg, which, 0, 0);
+    reserve_error = reserve_cumulative_pages(space, cg, which, 0, first);
+    space.reserved[area] = first;
+    reserved_bytes += first;
+  }
+  if (reserve_error != 0) {
+    return abandon(reserve_error == ENOSPC ? CreateError::kNoSpace : CreateError::kIo,
+                   "cannot reserve " + std::to_string(reserved_bytes) + " bytes for " + path + ": " +
+                       errno_text(reserve_error));
   }
   void* address = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (address == MAP_FAILED)
@@ -607,6 +636,7 @@ inline CreateResult create_segment(const SegmentIdentity& identity, const Create
     }
     result.path = candidate;
     result.file = std::move(file);
+    result.space = space;
     return result;
   }
   unlink_if_same_file(file.fd(), temporary);
