@@ -951,15 +951,15 @@ static PyObject* module_bound(PyObject* module, PyObject* unused) {
   if (out == NULL) return NULL;
   const struct {
     const char* name;
-    rankstat_update_fn fn;
-  } table[] = {{"rankstat_counter_add", fn_counter_add},
-               {"rankstat_gauge_set", fn_gauge_set},
-               {"rankstat_gauge_add", fn_gauge_add},
-               {"rankstat_histogram_observe", fn_histogram_observe},
-               {"rankstat_histogram_bucket_add", (rankstat_update_fn)(uintptr_t)fn_bucket_add},
-               {"rankstat_histogram_add_sum", fn_add_sum}};
+    int bound;
+  } table[] = {{"rankstat_counter_add", fn_counter_add != NULL},
+               {"rankstat_gauge_set", fn_gauge_set != NULL},
+               {"rankstat_gauge_add", fn_gauge_add != NULL},
+               {"rankstat_histogram_observe", fn_histogram_observe != NULL},
+               {"rankstat_histogram_bucket_add", fn_bucket_add != NULL},
+               {"rankstat_histogram_add_sum", fn_add_sum != NULL}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-    if (table[i].fn == NULL) continue;
+    if (!table[i].bound) continue;
     PyObject* name = PyUnicode_FromString(table[i].name);
     if (name == NULL || PyList_Append(out, name) < 0) {
       Py_XDECREF(name);

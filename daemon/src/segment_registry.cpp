@@ -625,11 +625,8 @@ void SegmentRegistry::resolve_declarations(RankSegment* pending) {
     for (const SeriesState& series : s->series()) {
       if (!exported(engine_rule_passed, series) || !declared.insert(series.info.family).second) continue;
       auto [it, inserted] = winners.try_emplace(series.info.family);
-      if (inserted) {
+      if (inserted || (it->second.by != nullptr && outranks(*s, *it->second.by)))
         it->second = {FamilyDeclaration::of(series.info), s};
-      } else if (it->second.by != nullptr && outranks(*s, *it->second.by)) {
-        it->second = {FamilyDeclaration::of(series.info), s};
-      }
     }
   }
 
@@ -663,7 +660,9 @@ void SegmentRegistry::resolve_declarations(RankSegment* pending) {
       auto [entry, inserted] = lost.try_emplace(series.info.family, std::move(mine), 0);
       ++entry->second.second;
     }
-    for (const auto& [family, mine] : lost) {
+    for (const auto& entry : lost) {
+      const std::string_view family = entry.first;  // named, not bound: a lambda may capture it
+      const std::pair<FamilyDeclaration, std::size_t>& mine = entry.second;
       const Claim& winner = winners.at(family);
       report({std::string(family), s->name(), s->identity().generation}, [&] {
         spdlog::error(
@@ -682,7 +681,9 @@ void SegmentRegistry::resolve_declarations(RankSegment* pending) {
       s->set_series_left_out(std::move(left_out));
   }
   retired_left_out_.clear();
-  for (const auto& [family, declaration] : retired_.declarations()) {
+  for (const auto& entry : retired_.declarations()) {
+    const auto& family = entry.first;  // named, not bound: the log lambda captures them
+    const auto& declaration = entry.second;
     const auto it = winners.find(family);
     if (it == winners.end() || it->second.declaration == declaration) continue;
     retired_left_out_.insert(family);
