@@ -165,7 +165,8 @@ class Value:
                 raise ValueError("Counters can only be incremented by non-negative amounts.")
             if live:
                 self._call("rankstat_counter_add", amount)
-            _check_exemplar(exemplar)
+            if exemplar is not None:  # checked inline: the common call passes none and pays no call
+                _check_exemplar(exemplar)
             return None
         if k == KIND_GAUGE:
             live = self._h is not None or self._live()
@@ -202,7 +203,7 @@ class Value:
         amount = _number(amount)
         if live:
             self._call("rankstat_histogram_observe", amount)
-        if amount == amount:  # an observation that found its bucket (never NaN's) has its exemplar checked
+        if exemplar is not None and amount == amount:  # an observation that found its bucket (never NaN's)
             _check_exemplar(exemplar)
 
     @property
