@@ -154,7 +154,9 @@ $(tail -20 "${log}")"
 build_outside() {
   local name=$1 dir=$2
   shift 2
-  cmake -S "${repo}/tests/package/outside_engine" -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" \
+  # It asks for this release's major.minor (VERSION), as an engine pinned to it would.
+  cmake -S "${repo}/tests/package/outside_engine" -B "${dir}" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DRANKSTAT_WANTED_VERSION="$(cut -d. -f1,2 "${repo}/VERSION")" "$@" \
     >"${work}/outside-${name}-configure.log" 2>&1 ||
     fail "${name}: find_package(rankstat CONFIG) failed: $(cat "${work}/outside-${name}-configure.log")"
   timeout 300 cmake --build "${dir}" >"${work}/outside-${name}-build.log" 2>&1 ||
