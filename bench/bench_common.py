@@ -2,6 +2,7 @@
 rankstatd on an ephemeral loopback port. A module of its own so that a benchmark script can use it
 without importing run_bench.py (which imports the scripts' table rows). Standard library only."""
 
+import glob
 import json
 import os
 import signal
@@ -98,3 +99,23 @@ def fmt(value, digits=3):
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
+
+
+def rankstat_env(build, package_root=None):
+    """Environment for a rankstat subprocess: the build's librankstat.so and CPython extension (each only
+    if built), no prometheus_client multiprocess directory, and, with `package_root`, that tree's Python
+    package first on PYTHONPATH."""
+    env = dict(os.environ)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if package_root:
+        env["PYTHONPATH"] = os.path.join(package_root, "client", "python") + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if build:
+        library = os.path.join(build, "client", "librankstat.so")
+        if os.path.exists(library):
+            env["RANKSTAT_LIBRARY"] = library
+        found = sorted(glob.glob(os.path.join(build, "client", "pyext", "rankstat", "_fastpath*.so")))
+        if found:
+            env["RANKSTAT_FASTPATH"] = found[0]
+    return env

@@ -33,7 +33,6 @@ line of stdout is one JSON object (run_bench.py reads it). Uses only the Python 
 """
 
 import argparse
-import glob
 import json
 import os
 import shutil
@@ -44,6 +43,7 @@ import tempfile
 import time
 
 import engine_oracle
+from bench_common import rankstat_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -192,21 +192,6 @@ def run_worker(args):
 
 # ------------------------------------------------------------------------------------------- driver
 
-
-def library_env(build):
-    """Environment for rankstat subprocesses: the package from this tree, the build's library and extension."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(ROOT, "client", "python") + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if build:
-        library = os.path.join(build, "client", "librankstat.so")
-        if os.path.exists(library):
-            env["RANKSTAT_LIBRARY"] = library
-        found = sorted(glob.glob(os.path.join(build, "client", "pyext", "rankstat", "_fastpath*.so")))
-        if found:
-            env["RANKSTAT_FASTPATH"] = found[0]
-    return env
 
 
 def measure(which, args, env):
@@ -448,7 +433,7 @@ def main():
         args.number, args.repeat, args.oracle_number = 200000, 7, 2000
     args.rounds = args.rounds or (1 if args.quick else 3)
     build = os.path.abspath(args.build) if args.build else None
-    env = library_env(build)
+    env = rankstat_env(build, package_root=ROOT)
     started = time.time()
     results = {"quick": args.quick, "number": args.number, "repeat": args.repeat, "implementations": [],
                "prometheus_client": engine_oracle.prometheus_client_version()[0]}

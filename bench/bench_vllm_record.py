@@ -22,13 +22,13 @@ JSON). Prints one JSON line; `--table` prints a table. Skips, with a message, wh
 """
 
 import argparse
-import glob
 import json
 import os
 import sys
 import tempfile
 
 import engine_oracle
+from bench_common import rankstat_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
@@ -42,18 +42,6 @@ PROM_TARGET = 10.0  # or prometheus_client / rankstat at least this
 TARGET_TEXT = f"<= {FLOOR_TARGET:g}x floor or >= {PROM_TARGET:g}x prom"
 
 
-def library_env(build):
-    """The build's librankstat.so and CPython extension for the rankstat side."""
-    env = dict(os.environ)
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    library = os.path.join(build, "client", "librankstat.so")
-    if os.path.exists(library):
-        env["RANKSTAT_LIBRARY"] = library
-    found = sorted(glob.glob(os.path.join(build, "client", "pyext", "rankstat", "_fastpath*.so")))
-    if found:
-        env["RANKSTAT_FASTPATH"] = found[0]
-    return env
-
 
 def run(build, number, rounds=1):
     trace = os.path.join(engine_oracle.oracle_dir(), TRACE)
@@ -64,7 +52,7 @@ def run(build, number, rounds=1):
         for side, _ in SIDES:
             with tempfile.TemporaryDirectory(prefix="rankstat-bench-vllm-",
                                              dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None) as shm:
-                env = dict(library_env(build), RANKSTAT_SHM_DIR=shm)
+                env = dict(rankstat_env(build), RANKSTAT_SHM_DIR=shm)
                 r = engine_oracle.replay_time(trace, side, number, env, hot=[HOT])
             r["hot_status"] = engine_oracle.hot_status(r, HOT, HOT_BLOCK)
             r["args"] = engine_oracle.backend_args(side, trace)

@@ -34,6 +34,7 @@ Uses only the Python standard library (the anchor needs python3-prometheus-clien
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -42,6 +43,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 
 from bench_common import Daemon, fmt, median, percentile, proc_cpu_seconds, run_json, wait_for_ranks
@@ -89,6 +91,7 @@ class Writers:
         env = dict(os.environ, RANKSTAT_SHM_DIR=shm_dir)
         binary = os.path.join(build, "bench", "rankstat_bench_writer")
         self.processes = []
+        self.dropped = None
         for first in range(0, ranks, per_process):
             count = min(per_process, ranks - first)
             self.processes.append(subprocess.Popen(
@@ -101,6 +104,10 @@ class Writers:
                 raise RuntimeError(f"writer failed to start: {line} {p.stderr.read()[-1000:]}")
 
     def stop(self):
+        """Stops every writer (once: later calls return the first answer) and returns the records they
+        dropped."""
+        if self.dropped is not None:
+            return self.dropped
         for p in self.processes:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -114,7 +121,22 @@ class Writers:
             for token in (out or "").split():
                 if token.startswith("dropped="):
                     dropped += int(token.split("=", 1)[1])
+        self.dropped = dropped
         return dropped
+
+
+@contextlib.contextmanager
+def daemon_stage(build, shm_dir, flags=()):
+    """rankstatd on `shm_dir`, with room for the writers that feed it (`stage.writers`): when the block
+    ends, however it ends, the writers and the daemon are stopped and the directory is removed."""
+    stage = types.SimpleNamespace(daemon=Daemon(build, shm_dir, flags), writers=None)
+    try:
+        yield stage
+    finally:
+        if stage.writers is not None:
+            stage.writers.stop()
+        stage.daemon.stop()
+        shutil.rmtree(shm_dir, ignore_errors=True)
 
 
 def fresh_dir(base, name):
@@ -173,30 +195,22 @@ def bench_scrape(args, base):
         per_process = 1
         shm_dir = fresh_dir(base, f"scrape-{ranks}")
         log(f"scrape: rankstatd with {ranks} writer process(es)")
-        daemon = Daemon(args.build, shm_dir)
-        writers = None
-        try:
+        with daemon_stage(args.build, shm_dir) as stage:
             try:
-                writers = Writers(args.build, shm_dir, ranks, 10, per_process)
+                stage.writers = Writers(args.build, shm_dir, ranks, 10, per_process)
             except (OSError, RuntimeError) as error:  # the machine cannot hold this many processes
                 log(f"  {ranks} processes failed ({error}); falling back to 16 ranks per process as threads")
                 per_process = 16
-                writers = Writers(args.build, fresh_dir(base, f"scrape-{ranks}"), ranks, 10, per_process)
+                stage.writers = Writers(args.build, fresh_dir(base, f"scrape-{ranks}"), ranks, 10, per_process)
             row["ranks_per_writer_process"] = per_process
-            wait_for_ranks(daemon, ranks)
+            wait_for_ranks(stage.daemon, ranks)
             time.sleep(0.5)
             scrape = os.path.join(args.build, "bench", "rankstat_bench_scrape")
             for mode in ("plain", "gzip"):
-                argv = [scrape, "latency", "--address", daemon.address, "--count", str(args.scrapes),
+                argv = [scrape, "latency", "--address", stage.daemon.address, "--count", str(args.scrapes),
                         "--interval-ms", "150"] + (["--gzip"] if mode == "gzip" else [])
                 row[f"rankstat_{mode}"] = run_json(argv, timeout=600)
-            row["writer_drops"] = writers.stop()
-            writers = None
-        finally:
-            if writers is not None:
-                writers.stop()
-            daemon.stop()
-            shutil.rmtree(shm_dir, ignore_errors=True)
+            row["writer_drops"] = stage.writers.stop()
         log(f"scrape: anchor with {ranks} rank process(es)")
         anchor_scrapes = max(2, min(args.scrapes, int(400 / max(ranks, 1)) + 2))
         row["anchor"] = run_json([PYTHON, os.path.join(HERE, "anchor_multiprocess.py"), "--tmp", base, "scrape",
@@ -230,11 +244,10 @@ def bench_daemon_cost(args, base, flags=(), freshness=True):
     shm_dir = fresh_dir(base, "cost")
     log(f"daemon cost: {ranks} ranks at 100 Hz for {args.cost_seconds} s, scraped every {args.cost_scrape_s} s (gzip)"
         f"{', rankstatd ' + ' '.join(flags) if flags else ''}")
-    daemon = Daemon(args.build, shm_dir, flags)
-    writers = None
     out = {"ranks": ranks, "rate_hz": 100, "seconds": args.cost_seconds, "flags": list(flags)}
-    try:
-        writers = Writers(args.build, shm_dir, ranks, 100)
+    with daemon_stage(args.build, shm_dir, flags) as stage:
+        daemon = stage.daemon
+        stage.writers = Writers(args.build, shm_dir, ranks, 100)
         wait_for_ranks(daemon, ranks)
         time.sleep(args.settle_seconds)
         pid = daemon.process.pid
@@ -267,27 +280,17 @@ def bench_daemon_cost(args, base, flags=(), freshness=True):
             out["freshness"] = run_json([scrape, "freshness", "--address", daemon.address, "--seconds",
                                          str(args.freshness_seconds)], timeout=600,
                                         env=dict(os.environ, RANKSTAT_SHM_DIR=shm_dir))
-        out["writer_drops"] = writers.stop()
-        writers = None
-    finally:
-        if writers is not None:
-            writers.stop()
-        daemon.stop()
-        shutil.rmtree(shm_dir, ignore_errors=True)
+        out["writer_drops"] = stage.writers.stop()
     return out
 
 
 def bench_freshness_small(args, base):
     shm_dir = fresh_dir(base, "fresh1")
     log("freshness: probe rank alone")
-    daemon = Daemon(args.build, shm_dir)
-    try:
+    with daemon_stage(args.build, shm_dir) as stage:
         return run_json([os.path.join(args.build, "bench", "rankstat_bench_scrape"), "freshness", "--address",
-                         daemon.address, "--seconds", str(args.freshness_seconds)], timeout=600,
+                         stage.daemon.address, "--seconds", str(args.freshness_seconds)], timeout=600,
                         env=dict(os.environ, RANKSTAT_SHM_DIR=shm_dir))
-    finally:
-        daemon.stop()
-        shutil.rmtree(shm_dir, ignore_errors=True)
 
 
 def bench_ingest(args, flags=()):

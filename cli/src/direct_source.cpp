@@ -31,6 +31,7 @@
 #include "rankstat/shmproto/reader.hpp"
 #include "rankstat/shmproto/ring.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
+#include "rankstat/shmproto/trust.hpp"
 #include "source.hpp"
 
 namespace rankstat::cli {
@@ -42,6 +43,7 @@ constexpr int kPeekAttempts = 8;
 // One segment generation as this observer sees it.
 struct Observed {
   std::string id;
+  std::string instance;  // the one its file name claims
   shm::OpenedSegment opened;
   // records_per_second: the last sample of records_written.
   std::uint64_t sample_ns = 0;
@@ -84,6 +86,7 @@ class DirectSource final : public RankSource {
   explicit DirectSource(DirectOptions options) : options_(std::move(options)) {
     // Before anything is mapped; without it a truncated segment kills the CLI.
     shm::install_bus_guard();
+    trust_.allowed_uids = options_.trusted_uids;
   }
 
   boost::json::object ranks() override {
@@ -156,8 +159,9 @@ class DirectSource final : public RankSource {
     messages_.clear();
     for (const std::string& name : names) {
       const std::string path = options_.shm_dir + "/" + name;
+      const std::string instance = shm::parse_segment_name(name)->instance;
       struct stat st {};
-      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (lstat(path.c_str(), &st) != 0 || refused(path, st, instance)) continue;
       if (auto q = quarantined_.find(name);
           q != quarantined_.end() && q->second.inode == st.st_ino && q->second.device == st.st_dev) {
         count_memory_fault(name, q->second.reason);
@@ -189,8 +193,17 @@ class DirectSource final : public RankSource {
         messages_.push_back(opened.message);
         continue;
       }
+      // Judged again on the file opened (one swapped in after lstat), and on what its header claims.
+      struct stat held {};
+      if (fstat(opened.file.fd(), &held) != 0 || refused(path, held, instance)) continue;
+      std::string why;
+      if (const auto mismatch = shm::SegmentTrust::judge_header(opened.identity, instance, why)) {
+        refuse(path, *mismatch, why);
+        continue;
+      }
       Observed observed;
       observed.id = name.substr(shm::kSegmentPrefix.size());
+      observed.instance = instance;
       observed.opened = std::move(opened);
       next.emplace(name, std::move(observed));
     }
@@ -206,6 +219,22 @@ class DirectSource final : public RankSource {
       }
       throw SourceUnavailable(what);
     }
+  }
+
+  // The daemon's trust rule (shmproto/trust.hpp) on a segment file: true, and counted as rejected in
+  // this read under the daemon's reason, when the daemon would refuse it. An owner the daemon would
+  // refuse is the exception: the segment is shown, marked untrusted (summary()), since an operator
+  // looking at the segments directly wants to see them; its numbers may be forged.
+  bool refused(const std::string& path, const struct stat& st, const std::string& instance) {
+    std::string why;
+    const auto refusal = trust_.judge_file(st, instance, why);
+    if (!refusal || *refusal == shm::TrustRefusal::kUnexpectedOwner) return false;
+    refuse(path, *refusal, why);
+    return true;
+  }
+  void refuse(const std::string& path, shm::TrustRefusal refusal, const std::string& why) {
+    ++rejected_[std::string(shm::trust_refusal_name(refusal))];
+    messages_.push_back(path + ": " + why);
   }
 
   // Counts, as rejected in this read, a segment whose memory went missing.
@@ -270,12 +299,6 @@ class DirectSource final : public RankSource {
     return shm::judge_liveness(o.opened.identity, p, probe, std::nullopt, now, stall_ns);
   }
 
-  bool trusted(std::uint32_t uid) const {
-    return uid == geteuid() || uid == 0 ||
-           std::find(options_.trusted_uids.begin(), options_.trusted_uids.end(), uid) !=
-               options_.trusted_uids.end();
-  }
-
   boost::json::object summary(Observed& o, std::uint64_t now) const {
     const shm::SegmentHeader& h = o.opened.identity;
     rankview::RankFacts facts;
@@ -292,7 +315,7 @@ class DirectSource final : public RankSource {
             ? std::min(1.0, static_cast<double>(p.tail - p.head) / static_cast<double>(h.ring_bytes))
             : 0.0;
     facts.ring_quarantined = !indices_sane;
-    if (!trusted(o.opened.owner_uid)) {
+    if (!trust_.owner_trusted(o.opened.owner_uid, o.instance)) {
       // Shown, but not as normal: the daemon would refuse it (unexpected_owner).
       facts.untrusted_owner_uid = o.opened.owner_uid;
       facts.untrusted_owner_name = shm::describe_user(o.opened.owner_uid);
@@ -358,6 +381,7 @@ class DirectSource final : public RankSource {
   }
 
   DirectOptions options_;
+  shm::SegmentTrust trust_;                         // the daemon's rule, with --allowed-uids
   std::map<std::string, Observed> observed_;        // by segment file name
   std::map<std::string, Quarantined> quarantined_;  // by segment file name, while the file is there
   std::map<std::string, std::uint64_t> rejected_;   // by reason, in the last scan

@@ -30,6 +30,9 @@
 #include <math.h>
 #include <stdint.h>
 
+/* The series kinds are the C ABI's (RANKSTAT_KIND_*): defined once, in the header every binding reads. */
+#include "rankstat/rankstat.h"
+
 typedef int (*rankstat_update_fn)(void* reporter, uint32_t id, double value);
 
 static rankstat_update_fn fn_counter_add;
@@ -42,7 +45,12 @@ typedef int (*rankstat_bucket_add_fn)(void* reporter, uint32_t id, uint32_t buck
 static rankstat_bucket_add_fn fn_bucket_add;
 static rankstat_update_fn fn_add_sum;
 
-enum { KIND_COUNTER = 1, KIND_GAUGE = 2, KIND_HISTOGRAM = 3, KIND_SUMMARY = 4 };
+enum {
+  KIND_COUNTER = RANKSTAT_KIND_COUNTER,
+  KIND_GAUGE = RANKSTAT_KIND_GAUGE,
+  KIND_HISTOGRAM = RANKSTAT_KIND_HISTOGRAM,
+  KIND_SUMMARY = RANKSTAT_KIND_SUMMARY
+};
 
 static const char* kind_name(int kind) {
   switch (kind) {

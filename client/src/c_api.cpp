@@ -6,7 +6,6 @@
 // std::string is touched only by the cold paths (open, registration), which is also when its
 // thread-exit destructor gets registered.
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +28,8 @@
 
 struct rankstat_reporter {
   rankstat::Reporter reporter;
+  // Reporter::identity_labels() at open: rankstat_identity_label hands out pointers into it.
+  rankstat::shm::LabelPairs identity_labels;
 };
 
 namespace {
@@ -85,16 +86,15 @@ static_assert(RANKSTAT_QUEUE_PREFILL_INFLIGHT == static_cast<int>(rankstat::shm:
 static_assert(RANKSTAT_QUEUE_DECODE_PREALLOC == static_cast<int>(rankstat::shm::QueueId::kDecodePrealloc));
 static_assert(RANKSTAT_QUEUE_DECODE_TRANSFER == static_cast<int>(rankstat::shm::QueueId::kDecodeTransfer));
 static_assert(RANKSTAT_PRIORITY_IS_NONE == rankstat::shm::kPriorityIsNone);
+// rankstat.h documents the aux members' type numbers.
+static_assert(static_cast<int>(rankstat::shm::AuxType::kU32) == 3);
+static_assert(static_cast<int>(rankstat::shm::AuxType::kU64) == 4);
 // rankstat_update is a wire format for bindings: pinned like the shared-memory structures.
 static_assert(sizeof(rankstat_update) == 32);
 static_assert(offsetof(rankstat_update, op) == 0 && offsetof(rankstat_update, id) == 4);
 static_assert(offsetof(rankstat_update, value) == 8 && offsetof(rankstat_update, count) == 16);
 static_assert(offsetof(rankstat_update, sum_delta) == 24);
 static_assert(std::is_trivially_copyable_v<rankstat_update>);
-
-// Types of rankstat_scheduler_aux_field, after FieldType's 1 (int64) and 2 (double).
-constexpr std::uint32_t kAuxU32 = 3;
-constexpr std::uint32_t kAuxU64 = 4;
 
 const char* static_text(Status status) {
   switch (status) {
@@ -181,44 +181,26 @@ bool read_sized_labels(std::uint32_t count, const char* const* names, const char
   return true;
 }
 
-// Why a series spec is invalid, naming the part at fault (the first one found); empty if the contract's
-// checks would all pass (then the cause was capacity).
-std::string invalid_series_reason(rankstat::shm::SeriesKind kind, std::string_view family,
-                                  std::string_view help, const rankstat::shm::LabelPairs& labels,
-                                  std::span<const double> bounds) {
+// The reason shm::check_series found for refusing a series (the registration's
+// Reporter::last_refusal), as text naming the label at fault; empty when none was recorded. The
+// reasons and their texts are shmproto's (RANKSTAT_SERIES_REFUSALS); this only adds the culprit.
+std::string refusal_text(const rankstat::shm::SeriesCheck& check, const rankstat::shm::LabelPairs& labels) {
   namespace shm = rankstat::shm;
-  if (!shm::is_valid_metric_name(family)) {
-    return "family name must match [a-zA-Z_:][a-zA-Z0-9_:]*";
+  if (!check) return {};
+  const std::string text(shm::series_refusal_text(check.refusal));
+  if (shm::is_label_refusal(check.refusal) && check.label < labels.size()) {
+    return "label " + shm::quoted_for_message(labels[check.label].first) + " " + text;
   }
-  for (std::size_t i = 0; i < labels.size(); ++i) {
-    const auto& [name, value] = labels[i];
-    if (!shm::is_valid_label_name(name)) {
-      return "label name '" + name + "' must match [a-zA-Z_][a-zA-Z0-9_]* and not start with __";
-    }
-    if (kind == shm::SeriesKind::kHistogram && name == "le")
-      return "label name 'le' is reserved for histogram buckets";
-    if (kind == shm::SeriesKind::kSummary && name == "quantile")
-      return "label name 'quantile' is reserved for summaries";
-    for (std::size_t j = 0; j < i; ++j) {
-      if (labels[j].first == name) return "label name '" + name + "' is given twice";
-    }
-    if (!shm::is_valid_utf8(value)) return "the value of label '" + name + "' is not valid UTF-8";
+  if (check.refusal == shm::SeriesRefusal::kTooManyBounds) {
+    return text + " (" + std::to_string(shm::kMaxHistogramBuckets) + ")";
   }
-  if (!shm::is_valid_utf8(help)) return "help text is not valid UTF-8";
-  if (bounds.size() > shm::kMaxHistogramBuckets) {
-    return "more than " + std::to_string(shm::kMaxHistogramBuckets) + " bucket bounds";
-  }
-  for (std::size_t i = 0; i < bounds.size(); ++i) {
-    if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
-      return "bucket bounds must be finite and strictly increasing";
-    }
-  }
-  return {};
+  return text;
 }
 
-int registration_failed(Status status, const char* kind, const char* family) {
+int registration_failed(const rankstat_reporter& reporter, const rankstat::shm::LabelPairs& labels,
+                        Status status, const char* kind, std::string_view family) {
   if (status == Status::kClosed) return fail(status);
-  std::string message = std::string("cannot register ") + kind + " '" + family + "': ";
+  std::string message = std::string("cannot register ") + kind + " '" + std::string(family) + "': ";
   if (status == Status::kRegistryFull) {
     message += "the cumulative block is full (series, bucket bounds, value words or text bytes)";
   } else if (status == Status::kNoSpace) {
@@ -227,6 +209,8 @@ int registration_failed(Status status, const char* kind, const char* family) {
         "space or enlarge the shm directory, a later registration is tried again)";
   } else if (status == Status::kIo) {
     message += "out of memory or I/O error while reserving its pages";
+  } else if (const std::string why = refusal_text(reporter.reporter.last_refusal(), labels); !why.empty()) {
+    message += why;
   } else {
     message += "invalid family name, labels, bucket bounds or mode";
   }
@@ -299,7 +283,8 @@ int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry*
     rankstat::ReporterOptions options;
     rankstat::shm::SegmentIdentity& id = options.identity;
     id.role = static_cast<rankstat::shm::Role>(identity->role);
-    if (identity->instance != nullptr) id.instance = identity->instance;
+    // NULL or "": Reporter::open takes $RANKSTAT_INSTANCE, else "default" (default_instance).
+    id.instance = identity->instance != nullptr ? identity->instance : "";
     if (identity->rank_key != nullptr) id.rank_key = identity->rank_key;
     if (identity->model_name != nullptr) id.model_name = identity->model_name;
     if (identity->engine_type != nullptr) id.engine_type = identity->engine_type;
@@ -344,6 +329,7 @@ int rankstat_open_ex(const rankstat_identity* identity, const rankstat_geometry*
       delete handle;
       return message.empty() ? fail(status) : fail_with(status, message);
     }
+    handle->identity_labels = handle->reporter.identity_labels();
     *out = handle;
     return RANKSTAT_OK;
   } catch (...) {
@@ -365,6 +351,18 @@ void rankstat_abandon(rankstat_reporter* reporter) {
 
 const char* rankstat_last_error(void) {
   return tls_error_text != nullptr ? tls_error_text : tls_error_message.c_str();
+}
+
+int rankstat_identity_label(const rankstat_reporter* reporter, uint32_t index, const char** name,
+                            const char** value) {
+  if (reporter == nullptr || !reporter->reporter.is_open()) return fail(Status::kClosed);
+  if (index >= reporter->identity_labels.size()) {
+    return fail(Status::kInvalidArgument, "rankstat_identity_label: index past the last label");
+  }
+  const auto& [label, text] = reporter->identity_labels[index];
+  if (name != nullptr) *name = label.c_str();
+  if (value != nullptr) *value = text.c_str();
+  return RANKSTAT_OK;
 }
 
 const char* rankstat_segment_note(const rankstat_reporter* reporter) {
@@ -425,7 +423,8 @@ int rankstat_register_counter(rankstat_reporter* reporter, const char* family, u
       return fail(Status::kInvalidArgument, "label names or values are NULL");
     }
     const Status status = reporter->reporter.register_counter(family, labels, *out_id);
-    return status == Status::kOk ? RANKSTAT_OK : registration_failed(status, "counter", family);
+    return status == Status::kOk ? RANKSTAT_OK
+                                 : registration_failed(*reporter, labels, status, "counter", family);
   } catch (...) {
     return internal_error();
   }
@@ -449,7 +448,8 @@ int rankstat_register_gauge(rankstat_reporter* reporter, const char* family, uin
     }
     const Status status = reporter->reporter.register_gauge(
         family, static_cast<rankstat::shm::GaugeMode>(static_cast<std::uint8_t>(mode)), labels, *out_id);
-    return status == Status::kOk ? RANKSTAT_OK : registration_failed(status, "gauge", family);
+    return status == Status::kOk ? RANKSTAT_OK
+                                 : registration_failed(*reporter, labels, status, "gauge", family);
   } catch (...) {
     return internal_error();
   }
@@ -471,7 +471,8 @@ int rankstat_register_histogram(rankstat_reporter* reporter, const char* family,
     }
     const std::span<const double> bound_span(bounds, bound_count);
     const Status status = reporter->reporter.register_histogram(family, labels, bound_span, *out_id);
-    return status == Status::kOk ? RANKSTAT_OK : registration_failed(status, "histogram", family);
+    return status == Status::kOk ? RANKSTAT_OK
+                                 : registration_failed(*reporter, labels, status, "histogram", family);
   } catch (...) {
     return internal_error();
   }
@@ -529,12 +530,8 @@ int rankstat_register_series(rankstat_reporter* reporter, const rankstat_series_
     s.labels = &labels;
     s.bounds = std::span<const double>(spec->bounds, spec->bound_count);
     const Status status = reporter->reporter.register_series(s, *out_id);
-    if (status == Status::kOk) return RANKSTAT_OK;
-    if (status == Status::kInvalidArgument) {
-      const std::string why = invalid_series_reason(s.kind, s.family, s.help, labels, s.bounds);
-      if (!why.empty()) return fail_with(status, "cannot register '" + std::string(family) + "': " + why);
-    }
-    return registration_failed(status, "series", std::string(family).c_str());
+    return status == Status::kOk ? RANKSTAT_OK
+                                 : registration_failed(*reporter, labels, status, "series", family);
   } catch (...) {
     return internal_error();
   }
@@ -666,30 +663,15 @@ int rankstat_scheduler_field(uint32_t index, const char** name, uint32_t* offset
 
 int rankstat_scheduler_aux_field(uint32_t index, const char** name, uint32_t* offset, uint32_t* type,
                                  uint32_t* count) {
-  using rankstat::shm::SchedulerSnapshot;
-  struct AuxField {
-    const char* name;
-    std::uint32_t offset;
-    std::uint32_t type;
-    std::uint32_t count;
-  };
-  static constexpr AuxField kAux[] = {
-      {"report_kind", offsetof(SchedulerSnapshot, report_kind), kAuxU32, 1},
-      {"priority_count", offsetof(SchedulerSnapshot, priority_count), kAuxU32, 1},
-      {"groups", offsetof(SchedulerSnapshot, groups), kAuxU64, 1},
-      {"routing_key_running_req_counts", offsetof(SchedulerSnapshot, routing_key_running_req_counts), kAuxU64,
-       rankstat::shm::kRoutingKeyBins},
-      {"routing_key_all_req_counts", offsetof(SchedulerSnapshot, routing_key_all_req_counts), kAuxU64,
-       rankstat::shm::kRoutingKeyBins},
-  };
-  if (index >= std::size(kAux)) {
+  constexpr auto kMembers = std::span(rankstat::shm::kSchedulerAuxMembers);
+  if (index >= kMembers.size()) {
     return fail(Status::kInvalidArgument, "rankstat_scheduler_aux_field: index past the last member");
   }
-  const AuxField& field = kAux[index];
-  if (name != nullptr) *name = field.name;
-  if (offset != nullptr) *offset = field.offset;
-  if (type != nullptr) *type = field.type;
-  if (count != nullptr) *count = field.count;
+  const rankstat::shm::AuxMember& member = kMembers[index];
+  if (name != nullptr) *name = member.name;
+  if (offset != nullptr) *offset = member.offset;
+  if (type != nullptr) *type = static_cast<std::uint32_t>(member.type);
+  if (count != nullptr) *count = member.count;
   return RANKSTAT_OK;
 }
 

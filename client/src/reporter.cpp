@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -104,6 +105,13 @@ std::string default_shm_dir() {
   return "/dev/shm";
 }
 
+std::string default_instance() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read once at open, like RANKSTAT_SHM_DIR
+  const char* configured = std::getenv("RANKSTAT_INSTANCE");
+  if (configured != nullptr && configured[0] != '\0') return configured;
+  return shm::SegmentIdentity{}.instance;
+}
+
 Reporter::~Reporter() {
   close();
 }
@@ -176,7 +184,14 @@ Status Reporter::open(const ReporterOptions& options) noexcept {
         return Status::kInvalidArgument;
       }
     }
-    shm::CreateResult created = shm::create_segment(options.identity, create);
+    const shm::SegmentIdentity* identity = &options.identity;
+    shm::SegmentIdentity resolved;
+    if (options.identity.instance.empty()) {
+      resolved = options.identity;
+      resolved.instance = default_instance();
+      identity = &resolved;
+    }
+    shm::CreateResult created = shm::create_segment(*identity, create);
     if (created.error != shm::CreateError::kNone) {
       error_ = std::move(created.message);
       return status_from_create_error(created.error);
@@ -296,6 +311,20 @@ Status Reporter::register_series(const SeriesSpec& spec, std::uint32_t& id) noex
   return add_series(spec.kind, spec.kind == shm::SeriesKind::kGauge ? spec.mode : shm::GaugeMode::kAll,
                     spec.family, spec.labels != nullptr ? *spec.labels : kNoLabels, spec.bounds, spec.flags,
                     spec.help, id);
+}
+
+shm::LabelPairs Reporter::identity_labels() const {
+  shm::LabelPairs labels;
+  if (!is_open()) return labels;
+  const shm::SegmentHeader& header = *file_.header();
+  shm::for_each_identity_label(header, [&labels](std::string name, std::string value) {
+    labels.emplace_back(std::move(name), std::move(value));
+  });
+  if (auto extra = shm::decode_label_pairs(header.extra_labels, sizeof header.extra_labels)) {
+    labels.insert(labels.end(), std::make_move_iterator(extra->begin()),
+                  std::make_move_iterator(extra->end()));
+  }
+  return labels;
 }
 
 Status Reporter::check_series(std::uint32_t id, shm::SeriesKind kind) const noexcept {

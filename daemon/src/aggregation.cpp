@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 
+#include "generation_contributions.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
 #include "text_exposition.hpp"
@@ -72,18 +73,6 @@ void label_key(std::string& key, const Labels& labels, std::string_view pid) {
     key.append(l.value).push_back('\x1e');
   }
   if (!pid.empty()) key.append("pid\x1f").append(pid).push_back('\x1e');
-}
-
-// Replaces or appends `name`'s value: a series label overrides an identity label of the same name
-// (e.g. priority="3" over the identity's priority="").
-void set_label(Labels& labels, const std::string& name, const std::string& value) {
-  for (auto& l : labels) {
-    if (l.name == name) {
-      l.value = value;
-      return;
-    }
-  }
-  labels.push_back({name, value});
 }
 
 }  // namespace
@@ -390,36 +379,42 @@ double without_rounding_regress(double value, double& last) {
 }  // namespace
 
 void FamilySet::render_series(std::string& out, const std::string& name, MetricType type, Series& s,
-                              SeriesPart part) {
+                              SeriesPart part, exposition::Escaping escaping) {
   constexpr auto kDialect = exposition::Dialect::kPrometheusClient;
-  // The heads depend on the name, labels, output type and (histograms) the bounds only: rendered once.
+  // The heads depend on the name, labels, output type, (histograms) the bounds and (names that are not
+  // classic) the escaping scheme only: rendered once per scheme change.
   const bool histogram = type == MetricType::Histogram;
-  if (s.head_type != static_cast<int>(type) || (histogram && s.head_bounds != s.bounds)) {
+  if (s.head_type != static_cast<int>(type) || (histogram && s.head_bounds != s.bounds) ||
+      (!s.head_any_scheme && s.head_escaping != escaping)) {
     s.heads.clear();
     s.head_ends.clear();
+    s.head_escaping = escaping;
+    s.head_any_scheme = shm::is_classic_metric_name(name) &&
+                        std::all_of(s.labels.begin(), s.labels.end(),
+                                    [](const auto& l) { return shm::is_classic_label_name(l.name); });
     auto mark = [&s] { s.head_ends.push_back(static_cast<std::uint32_t>(s.heads.size())); };
     if (type == MetricType::Gauge || type == MetricType::Counter) {
-      exposition::append_head(s.heads, name, {}, s.labels, {}, {}, kDialect);
+      exposition::append_head(s.heads, name, {}, s.labels, {}, {}, kDialect, escaping);
       mark();
     } else if (!histogram) {
-      exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect);
+      exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect, escaping);
       mark();
-      exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect);
+      exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect, escaping);
       mark();
     } else {
       // prometheus_client's multiprocess order: _sum, then the buckets and _count.
-      exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect);
+      exposition::append_head(s.heads, name, "_sum", s.labels, {}, {}, kDialect, escaping);
       mark();
       std::string bound;
       for (const double b : s.bounds) {
         bound.clear();
         exposition::append_client_value(bound, b);
-        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound, kDialect);
+        exposition::append_head(s.heads, name, "_bucket", s.labels, "le", bound, kDialect, escaping);
         mark();
       }
-      exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf", kDialect);
+      exposition::append_head(s.heads, name, "_bucket", s.labels, "le", "+Inf", kDialect, escaping);
       mark();
-      exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect);
+      exposition::append_head(s.heads, name, "_count", s.labels, {}, {}, kDialect, escaping);
       mark();
       s.head_bounds = s.bounds;
     }
@@ -475,7 +470,8 @@ void FamilySet::render_series(std::string& out, const std::string& name, MetricT
   }
 }
 
-void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) {
+void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends,
+                       exposition::Escaping escaping) {
   for (auto fit = families_.begin(); fit != families_.end();) {
     Family& f = fit->second;
     if (f.round != round_) {
@@ -503,15 +499,17 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends) 
       }
       if (s->has_value) {
         if (!written)
-          exposition::append_family_header(out, name, f.help, type, exposition::Dialect::kPrometheusClient);
+          exposition::append_family_header(out, name, f.help, type, exposition::Dialect::kPrometheusClient,
+                                           escaping);
         written = true;
-        render_series(out, name, type, *s, histogram ? SeriesPart::kHistogramSum : SeriesPart::kAll);
+        render_series(out, name, type, *s, histogram ? SeriesPart::kHistogramSum : SeriesPart::kAll,
+                      escaping);
       }
     }
     if (histogram) {
       for (Series* s : f.ordered) {
         if (s->round == round_ && s->has_value)
-          render_series(out, name, type, *s, SeriesPart::kHistogramRest);
+          render_series(out, name, type, *s, SeriesPart::kHistogramRest, escaping);
       }
     }
     if (dropped) {
@@ -546,51 +544,6 @@ void FamilySet::set_constant_labels(Labels labels) {
   families_.clear();
   slots_.clear();
   ++layout_;
-}
-
-std::string constant_label_refusal(std::string_view name, std::string_view instance_label) {
-  const std::string text(name);
-  if (name.starts_with("__")) return "'" + text + "' is reserved (labels starting with __ are Prometheus's)";
-  if (!shm::is_valid_label_name(text)) return "'" + text + "' is not a valid Prometheus label name";
-  for (const std::string_view added : {"le", "quantile", "pid", "gt"}) {
-    if (name == added)
-      return "'" + text + "' is reserved: the exposition or a gauge mode adds it to engine series";
-  }
-  for (const std::string_view scrape : {"job", "instance"}) {
-    if (name == scrape) {
-      return "'" + text + "' is set by Prometheus at scrape time (it would become exported_" + text +
-             "); to export the engine instance id, use --label.instance=LABEL";
-    }
-  }
-  // The labels identity_labels() sets below.
-  for (const std::string_view engine : kIdentityLabelNames) {
-    if (name == engine)
-      return "'" + text + "' collides with the engine label of that name on per-rank series";
-  }
-  if (!instance_label.empty() && name == instance_label) {
-    return "'" + text +
-           "' collides with --label.instance, which names the label carrying the engine instance id";
-  }
-  return {};
-}
-
-Labels identity_labels(const shm::SegmentHeader& h, const std::string& instance_label) {
-  Labels labels;
-  for_each_identity_label(h, [&](std::string name, std::string value) {
-    labels.push_back({std::move(name), std::move(value)});
-  });
-  if (auto extra = shm::decode_label_pairs(h.extra_labels, sizeof h.extra_labels)) {
-    for (auto& [name, value] : *extra) set_label(labels, name, value);
-  }
-  if (!instance_label.empty()) set_label(labels, instance_label, h.instance);
-  return labels;
-}
-
-Labels series_labels(const Labels& identity, const SeriesState& series) {
-  const bool own_labels_only = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-  Labels labels = own_labels_only ? Labels{} : identity;
-  for (const auto& [name, value] : series.info.labels) set_label(labels, name, value);
-  return labels;
 }
 
 std::string snapshot_family_name(const shm::ScalarField& field) {
@@ -697,123 +650,44 @@ void collect_snapshot(const RankSegment& s, const Labels& base, const Contributo
   collect_routing_key_bins(view, base, from, out, slots.routing);
 }
 
-// What a generation adds to the sums, one definition for the scrape (collect_cumulative,
-// collect_integrals) and for what folding a generation into the retired totals, or checkpointing it, keeps
-// (cumulative_totals): the two can never disagree on which series a generation contributed.
-//
-// The series of `s` the exposition takes, as visit(position, series). A series declared with its own
-// labels only came from the engine's own metric code, which already decided which rank reports it; the
-// engine-level rule applies to series labelled by the segment.
-template <typename Visit>
-void for_each_exported_series(const RankSegment& s, bool engine_rule_passed, Visit&& visit) {
-  const std::vector<SeriesState>& all = s.series();
-  for (std::size_t position = 0; position < all.size(); ++position) {
-    // A series whose family another generation declares otherwise, and wins (SegmentRegistry), is left
-    // out of everything: the scrape, the retired totals, the checkpoints.
-    if (s.series_left_out(position)) continue;
-    const bool declared = (all[position].info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-    if (declared || engine_rule_passed) visit(position, all[position]);
-  }
-}
-
-// The integrated gauges of `s` that have a value, under the rule of the gauge they come from, as
-// visit(position, gauge, series); `series` is null for a scheduler snapshot field.
-template <typename Visit>
-void for_each_exported_integral(const RankSegment& s, bool engine_rule_passed, Visit&& visit) {
-  const std::vector<IntegratedGauge>& all = s.integrated();
-  for (std::size_t position = 0; position < all.size(); ++position) {
-    const IntegratedGauge& g = all[position];
-    if (!g.track.has_value()) continue;
-    const SeriesState* series = g.field == nullptr ? &s.series()[g.series_position] : nullptr;
-    if (series != nullptr && s.series_left_out(g.series_position)) continue;
-    const bool declared = series != nullptr && (series->info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-    if (declared || engine_rule_passed) visit(position, g, series);
-  }
-}
-
-bool histogram_complete(const SeriesState& series) {
-  return series.value.counts.size() == series.info.bounds.size() + 1;
-}
-
-// `folded`: the generation's counters and histograms are in the retired totals (SegmentRegistry::fold);
-// only its gauges are taken from it.
-void collect_cumulative(const RankSegment& s, const Labels& base, const Contributor& from, bool keep_all_mode,
-                        bool engine_rule_passed, bool folded, FamilySet& out,
-                        std::vector<FamilySet::Slot>& slots) {
-  slots.resize(s.series().size());
+// Every contribution of `s` but its scheduler snapshot (for_each_contribution, the one definition the
+// retired totals and checkpoints use too). A folded generation's counters, histograms, summaries and
+// integrals are in the retired totals (SegmentRegistry::fold): only its gauges are taken from it.
+void collect_contributions(const RankSegment& s, const Labels& base, const Contributor& from,
+                           bool keep_all_mode, const CollectOptions& options, FamilySet& out,
+                           FamilySet::SegmentSlots& slots) {
+  slots.cumulative.resize(s.series().size());
+  slots.integrals.resize(s.integrated().size() * 3);
+  ContributionWindow window;
+  if (options.integrals != nullptr) window = {options.now_ns, options.integrals->peak_window_ns};
   Labels labels;
-  for_each_exported_series(s, engine_rule_passed, [&](std::size_t position, const SeriesState& series) {
-    if (folded && series.info.kind != shm::SeriesKind::kGauge) return;
-    FamilySet::Slot& slot = slots[position];
-    // A published series never changes: once its slot is filled, its labels need not be built again.
+  for_each_contribution(s, window, [&](const Contribution& c) {
+    if (s.folded() && c.cumulative()) return;
+    if (c.kind == shm::SeriesKind::kGauge && c.mode == shm::GaugeMode::kAll && !keep_all_mode) return;
+    FamilySet::Slot& slot =
+        c.source == Contribution::Source::kSeries ? slots.cumulative[c.slot()] : slots.integrals[c.slot()];
+    // A published series never changes: once its slot is filled, neither its labels nor its help are
+    // needed again (they are only used to fill a slot).
     const bool known = out.slot_valid(slot, 0);
-    if (!known) labels = series_labels(base, series);
-    std::string_view help;
-    if (!known) help = series.info.help;
-    switch (series.info.kind) {
+    std::string help;
+    if (!known) {
+      labels = c.labels(base);
+      help = c.help();
+    }
+    switch (c.kind) {
       case shm::SeriesKind::kCounter:
-        out.add_counter(series.info.family, help, labels, series.value.value, from, &slot);
+        out.add_counter(*c.family, help, labels, c.value, from, &slot);
         break;
       case shm::SeriesKind::kGauge:
-        // prometheus_client: a (live)mostrecent gauge without a timestamped set is absent; the other
-        // modes export a child at 0 from the moment it exists.
-        if (series.value.set_ns == 0 && (series.info.gauge_mode == shm::GaugeMode::kMostRecent ||
-                                         series.info.gauge_mode == shm::GaugeMode::kLiveMostRecent))
-          break;
-        if (series.info.gauge_mode == shm::GaugeMode::kAll && !keep_all_mode) break;
-        out.add_gauge(series.info.family, help, series.info.gauge_mode, labels, series.value.value,
-                      series.value.set_ns, from, &slot);
+        out.add_gauge(*c.family, help, c.mode, labels, c.value, c.timestamp_ns, from, &slot);
         break;
       case shm::SeriesKind::kHistogram:
       case shm::SeriesKind::kSummary:
-        if (!histogram_complete(series)) break;
-        out.add_histogram(series.info.family, help, labels, series.info.bounds, series.value.counts,
-                          series.value.sum, from, &slot, 0, series.info.kind == shm::SeriesKind::kSummary);
+        out.add_histogram(*c.family, help, labels, c.bounds(), c.counts(), c.sum(), from, &slot, 0,
+                          c.summary());
         break;
     }
   });
-}
-
-// The integral counter (unless `folded`) and window extrema of every integrated gauge of `s`, with the
-// labels and the engine-level rule of the gauge they come from.
-void collect_integrals(const RankSegment& s, const Labels& base, const Contributor& from,
-                       bool engine_rule_passed, bool folded, const CollectOptions& options, FamilySet& out,
-                       std::vector<FamilySet::Slot>& slots) {
-  const IntegralSettings& settings = *options.integrals;
-  slots.resize(s.integrated().size() * 3);
-  Labels labels;
-  for_each_exported_integral(
-      s, engine_rule_passed, [&](std::size_t position, const IntegratedGauge& g, const SeriesState* series) {
-        FamilySet::Slot* slot = &slots[position * 3];
-        // Labels and help are only needed to fill a slot; a valid one already designates the series.
-        const auto labels_for = [&](const FamilySet::Slot& target) -> const Labels& {
-          static const Labels kNone;
-          if (out.slot_valid(target, 0)) return kNone;
-          if (labels.empty()) labels = series != nullptr ? series_labels(base, *series) : base;
-          return labels;
-        };
-        labels.clear();
-        if (!folded) {
-          const bool counter_known = out.slot_valid(slot[0], 0);
-          out.add_counter(g.integral_name, counter_known ? std::string() : integral_help(g.family),
-                          labels_for(slot[0]), g.track.integral(), from, &slot[0]);
-        }
-        double largest = 0;
-        double smallest = 0;
-        if (settings.peak_window_ns == 0 ||
-            !g.track.window_extrema(options.now_ns, settings.peak_window_ns, largest, smallest))
-          return;
-        const bool max_known = out.slot_valid(slot[1], 0);
-        out.add_gauge(g.window_max_name,
-                      max_known ? std::string() : window_help(g.family, true, settings.peak_window_ns),
-                      shm::GaugeMode::kMax, labels_for(slot[1]), largest, g.track.integrated_until_ns(), from,
-                      &slot[1]);
-        const bool min_known = out.slot_valid(slot[2], 0);
-        out.add_gauge(g.window_min_name,
-                      min_known ? std::string() : window_help(g.family, false, settings.peak_window_ns),
-                      shm::GaugeMode::kMin, labels_for(slot[2]), smallest, g.track.integrated_until_ns(),
-                      from, &slot[2]);
-      });
 }
 
 }  // namespace
@@ -834,115 +708,8 @@ void collect_engine_metrics(const std::vector<const RankSegment*>& generations, 
                                options.now_ns - s->state_since_ns() <= options.dead_grace_ns;
     FamilySet::SegmentSlots& slots = out.slots(s->name(), s->identity().generation, options.instance_label);
     if (engine_rule_passed) collect_snapshot(*s, base, from, keep_all_mode, out, slots);
-    collect_cumulative(*s, base, from, keep_all_mode, engine_rule_passed, s->folded(), out, slots.cumulative);
-    if (options.integrals != nullptr && options.integrals->enabled() && !s->integrated().empty())
-      collect_integrals(*s, base, from, engine_rule_passed, s->folded(), options, out, slots.integrals);
+    collect_contributions(*s, base, from, keep_all_mode, options, out, slots);
   }
-}
-
-CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& instance_label,
-                                   CumulativeLabels* cache) {
-  CumulativeTotals out;
-  const bool engine_rule_passed = exports_engine_metrics(s.identity());
-  CumulativeLabels local;
-  CumulativeLabels& known = cache != nullptr ? *cache : local;
-  if (!known.base) known.base = std::make_shared<const Labels>(identity_labels(s.identity(), instance_label));
-  const std::shared_ptr<const Labels>& base = known.base;
-  // series_labels(), built once per series (its integral has the same labels) and shared with the
-  // identity labels when the series adds none.
-  known.series.resize(s.series().size());
-  const auto labels_of = [&](std::size_t position) {
-    std::shared_ptr<const Labels>& labels = known.series[position];
-    if (labels) return labels;
-    const SeriesState& series = s.series()[position];
-    const bool own_only = (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-    labels = !own_only && series.info.labels.empty()
-                 ? base
-                 : std::make_shared<const Labels>(series_labels(*base, series));
-    return labels;
-  };
-  for_each_exported_series(s, engine_rule_passed, [&](std::size_t position, const SeriesState& series) {
-    switch (series.info.kind) {
-      case shm::SeriesKind::kCounter:
-        out.counters.push_back(
-            {series.info.family, series.info.help, labels_of(position), series.value.value});
-        break;
-      case shm::SeriesKind::kHistogram:
-      case shm::SeriesKind::kSummary:
-        if (!histogram_complete(series)) break;
-        out.histograms.push_back({series.info.family, series.info.help, labels_of(position),
-                                  series.info.bounds, series.value.counts, series.value.sum,
-                                  series.info.kind == shm::SeriesKind::kSummary});
-        break;
-      case shm::SeriesKind::kGauge:
-        break;
-    }
-  });
-  // Integrals are counters like the others: kept the same way, so they never go backwards.
-  for_each_exported_integral(
-      s, engine_rule_passed, [&](std::size_t, const IntegratedGauge& g, const SeriesState* series) {
-        out.counters.push_back({g.integral_name, integral_help(g.family),
-                                series != nullptr ? labels_of(g.series_position) : base, g.track.integral()});
-      });
-  return out;
-}
-
-bool refresh_cumulative_totals(const RankSegment& s, CumulativeTotals& totals, bool& changed) {
-  const bool engine_rule_passed = exports_engine_metrics(s.identity());
-  std::size_t counter = 0;
-  std::size_t histogram = 0;
-  bool same = true;
-  // The same walk as cumulative_totals(): series counters and histograms in series order, then integrals.
-  for_each_exported_series(s, engine_rule_passed, [&](std::size_t, const SeriesState& series) {
-    if (!same) return;
-    switch (series.info.kind) {
-      case shm::SeriesKind::kCounter: {
-        if (counter >= totals.counters.size() || totals.counters[counter].family != series.info.family) {
-          same = false;
-          return;
-        }
-        double& value = totals.counters[counter++].value;
-        if (value != series.value.value) {
-          value = series.value.value;
-          changed = true;
-        }
-        break;
-      }
-      case shm::SeriesKind::kHistogram:
-      case shm::SeriesKind::kSummary: {
-        if (!histogram_complete(series)) break;
-        if (histogram >= totals.histograms.size() ||
-            totals.histograms[histogram].family != series.info.family ||
-            totals.histograms[histogram].counts.size() != series.value.counts.size()) {
-          same = false;
-          return;
-        }
-        CumulativeTotals::Histogram& h = totals.histograms[histogram++];
-        if (h.sum != series.value.sum || h.counts != series.value.counts) {
-          h.sum = series.value.sum;
-          std::copy(series.value.counts.begin(), series.value.counts.end(), h.counts.begin());
-          changed = true;
-        }
-        break;
-      }
-      case shm::SeriesKind::kGauge:
-        break;
-    }
-  });
-  for_each_exported_integral(
-      s, engine_rule_passed, [&](std::size_t, const IntegratedGauge& g, const SeriesState*) {
-        if (!same) return;
-        if (counter >= totals.counters.size() || totals.counters[counter].family != g.integral_name) {
-          same = false;
-          return;
-        }
-        double& value = totals.counters[counter++].value;
-        if (value != g.track.integral()) {
-          value = g.track.integral();
-          changed = true;
-        }
-      });
-  return same && counter == totals.counters.size() && histogram == totals.histograms.size();
 }
 
 }  // namespace rankstat

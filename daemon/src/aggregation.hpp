@@ -22,13 +22,13 @@
 
 #include "engine_rules.hpp"
 #include "gauge_integral.hpp"
+#include "label_policy.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/layout.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"
+#include "text_exposition.hpp"
 
 namespace rankstat {
-
-using Labels = std::vector<prometheus::ClientMetric::Label>;
 
 // What every generation that exports a family must agree on for its series to be summed into one family:
 // the type, a gauge's multiprocess mode, a histogram's bucket bounds. Generations that disagree are
@@ -125,7 +125,10 @@ class FamilySet {
   // storage and pre-rendered sample heads for the next round, so a scrape that finds the same series
   // only writes values. Series and families not contributed in a round are dropped at its end.
   // `family_ends` (optional) receives the offset in `out` where each written family ends.
-  void render(std::string& out, std::vector<std::size_t>* family_ends = nullptr);
+  // Names that are not classic are written as `escaping` asks (text_exposition.hpp); the heads kept for
+  // the next round are those of the last scheme, rebuilt when a series with such a name meets another.
+  void render(std::string& out, std::vector<std::size_t>* family_ends = nullptr,
+              exposition::Escaping escaping = exposition::Escaping::kUnderscores);
   // Samples dropped because their family's type, mode or buckets disagreed with an earlier rank's.
   std::uint64_t conflicts() const { return conflicts_; }
   // Samples dropped because another engine instance already owns the same name and label set
@@ -165,6 +168,10 @@ class FamilySet {
     double exported_sum = 0;
     // render(): the sample heads (name, labels, le), concatenated, for the type and bounds below.
     int head_type = -1;
+    // The scheme the heads were written with, and whether they are the same under every scheme (the
+    // family name and every label name classic).
+    exposition::Escaping head_escaping = exposition::Escaping::kUnderscores;
+    bool head_any_scheme = true;
     std::vector<double> head_bounds;
     std::string heads;
     std::vector<std::uint32_t> head_ends;
@@ -199,7 +206,7 @@ class FamilySet {
   // only (prometheus_client's multiprocess order writes every _sum of a family before the buckets).
   enum class SeriesPart { kAll, kHistogramSum, kHistogramRest };
   void render_series(std::string& out, const std::string& name, prometheus::MetricType type, Series& s,
-                     SeriesPart part = SeriesPart::kAll);
+                     SeriesPart part, exposition::Escaping escaping);
 
   std::map<std::string, Family> families_;
   std::uint64_t conflicts_ = 0;
@@ -213,20 +220,6 @@ class FamilySet {
   Labels sorted_scratch_;
   std::map<SegmentSlotKey, SegmentSlots, SegmentSlotKeyLess> slots_;
 };
-
-// The identity labels of a segment: the engine's (for_each_identity_label, engine_rules.hpp), its extra
-// labels, then `instance_label`="<instance id>" when an instance label is configured.
-Labels identity_labels(const shm::SegmentHeader& identity, const std::string& instance_label = "");
-
-// Why `name` cannot be an operator-set constant label, or empty when it can: not a valid label name,
-// reserved (`__*`, and `le`, `quantile`, `pid`, `gt`, which the exposition or a gauge mode adds), set by
-// Prometheus at scrape time (`job`, `instance`), or one of the engine labels identity_labels() sets
-// (`instance_label` included), which would then be ambiguous on every per-rank series.
-std::string constant_label_refusal(std::string_view name, std::string_view instance_label);
-
-// The labels a cumulative series is exported with: the identity labels (unless the series opts out),
-// overridden or extended by the series' own labels.
-Labels series_labels(const Labels& identity, const SeriesState& series);
 
 struct CollectOptions {
   std::string instance_label;  // --label.instance; empty: none
@@ -245,57 +238,5 @@ bool snapshot_field_gauge_mode(const shm::ScalarField& field, shm::GaugeMode& mo
 // contributes its gauges only: its counters, histograms, summaries and integrals are in the retired totals.
 void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
                             FamilySet& out);
-
-// A generation's cumulative series (counters, histograms, summaries, and the integral counter of each
-// integrated gauge) with the labels they are exported with: exactly what collect_engine_metrics sums
-// from it, so what folding it into the retired totals moves and what a checkpoint of it keeps.
-// Series with the same labels (mostly a generation's identity labels) share one Labels: built once, and
-// written once by a checkpoint.
-struct CumulativeTotals {
-  // Where a checkpoint writer last found this series' type in its table (RetiredTotals): valid while
-  // the table's epoch is the same, so a series kept from one checkpoint to the next is looked up once.
-  struct TypeMemo {
-    std::uint64_t epoch = 0;  // 0: none
-    std::size_t index = 0;
-  };
-  struct Counter {
-    std::string family;
-    std::string help;
-    std::shared_ptr<const Labels> labels;
-    double value = 0;
-  };
-  struct Histogram {
-    std::string family;
-    std::string help;
-    std::shared_ptr<const Labels> labels;
-    std::vector<double> bounds;
-    std::vector<std::uint64_t> counts;
-    double sum = 0;
-    bool summary = false;  // no bounds, counts = {count}
-  };
-  std::vector<Counter> counters;
-  std::vector<Histogram> histograms;
-  // By position in counters and histograms (a checkpoint writer sizes them): types and label sets.
-  mutable std::vector<TypeMemo> counter_types;
-  mutable std::vector<TypeMemo> histogram_types;
-  mutable std::vector<TypeMemo> counter_labels;
-  mutable std::vector<TypeMemo> histogram_labels;
-};
-// The labels cumulative_totals() builds for one generation, kept by a caller that calls it again (before
-// every scrape): a published series never changes, so its labels are built once, and the same objects let
-// a checkpoint writer reuse what it wrote for them.
-struct CumulativeLabels {
-  std::shared_ptr<const Labels> base;                 // the identity labels
-  std::vector<std::shared_ptr<const Labels>> series;  // by series position; null until built
-};
-// Integrals as they stand: settle them first (RankSegment::settle_integrals). `cache`: this generation's
-// labels from the previous call, or null.
-CumulativeTotals cumulative_totals(const RankSegment& s, const std::string& instance_label,
-                                   CumulativeLabels* cache = nullptr);
-// Brings `totals`, an earlier cumulative_totals() of the same generation, up to date in place (values
-// only: no label, family or help is built again) and sets `changed` if a value moved. False if the
-// generation now contributes other series (a new series, an integral's first value, a family left out):
-// `totals` must then be built again.
-bool refresh_cumulative_totals(const RankSegment& s, CumulativeTotals& totals, bool& changed);
 
 }  // namespace rankstat

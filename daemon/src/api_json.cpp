@@ -14,7 +14,7 @@ rankview::RankFacts facts_of(const RankSegment& s) {
   facts.producer = s.producer();
   facts.state = s.state();
   facts.records_per_second = s.records_per_second();
-  facts.records_drained = s.records_drained();
+  facts.records_drained = s.drained().records;
   facts.ring_fill_ratio = s.ring_fill_ratio();
   facts.ring_quarantined = s.ring_corrupt();
   return facts;

@@ -191,7 +191,10 @@ void add_options(CLI::App& app, Config& c, DurationFlags& d, const std::set<std:
          "--label.instance", c.instance_label,
          "Add this label with the engine instance id to every engine series (several engines per host)")
       ->check([](const std::string& name) {
-        return shm::is_valid_label_name(name) ? std::string() : "not a valid Prometheus label name";
+        // Classic only, like constant labels: an operator's name, on every engine series.
+        return shm::is_classic_label_name(name) && !name.starts_with("__")
+                   ? std::string()
+                   : "not a classic Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, no __ prefix)";
       });
   for (const std::string& name : label_names) {
     app.add_option(std::string(kLabelFlagPrefix) + name, c.constant_labels[name],
@@ -293,7 +296,7 @@ ConfigParse parse_config(int argc, const char* const* argv) {
   const std::set<std::string> label_names = constant_label_names(argc, argv);
   for (const std::string& name : label_names) {
     // CLI11 accepts only some characters in an option name; a bad one is refused as a label name here.
-    if (const std::string why = constant_label_refusal(name, ""); !shm::is_valid_label_name(name)) {
+    if (const std::string why = constant_label_refusal(name, ""); !shm::is_classic_label_name(name)) {
       result.exit_code = 2;
       result.message = "constant label --label." + name + " refused: " + why + "\n";
       return result;

@@ -32,10 +32,10 @@ RegistryOptions registry_options(const Config& c) {
   o.instances = c.instances;
   o.instance_label = c.instance_label;
   o.dead_grace = c.dead_grace;
-  o.allowed_uids = c.allowed_uids;
-  o.any_owner = c.any_owner;
-  o.allow_world_writable = c.allow_world_writable;
-  o.instance_owners = c.instance_owners;
+  o.trust.allowed_uids = c.allowed_uids;
+  o.trust.any_owner = c.any_owner;
+  o.trust.allow_world_writable = c.allow_world_writable;
+  o.trust.instance_owners = c.instance_owners;
   o.max_series_per_segment = c.max_series_per_segment;
   o.integrals.families.insert(c.integrate_families.begin(), c.integrate_families.end());
   o.integrals.peak_window_ns = static_cast<std::uint64_t>(c.peak_window.count()) * 1'000'000ull;

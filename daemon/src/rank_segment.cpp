@@ -129,12 +129,12 @@ bool RankSegment::drain(std::uint64_t now_ns) {
       return false;
     }
   }
-  records_drained_ += stats.records;
-  sequence_gaps_ += stats.sequence_gaps;
-  last_drain_fill_ = static_cast<double>(stats.bytes) / static_cast<double>(opened_.identity.ring_bytes);
+  drained_.records += stats.records;
+  drained_.sequence_gaps += stats.sequence_gaps;
+  drained_.last_fill = static_cast<double>(stats.bytes) / static_cast<double>(opened_.identity.ring_bytes);
   // Any change counts: the value comes from shared memory and may be garbage, which at worst makes the
   // daemon poll at its fastest.
-  dropped_before_last_drain_ = dropped != dropped_seen_;
+  drained_.dropped_before_last = dropped != dropped_seen_;
   dropped_seen_ = dropped;
   if (integrals_.has_pending()) {
     // Gauge updates of series published after the last descriptor scan: read the descriptors, then
@@ -156,18 +156,18 @@ void RankSegment::apply_record(const shm::RecordHeader& header, std::span<const 
     // give the order and time of every value between two scrapes.
     shm::SeriesUpdateRecord update{};
     if (header.type_version < 1 || payload.size() < sizeof update) {
-      ++malformed_records_;
+      ++drained_.malformed;
       return;
     }
     std::memcpy(&update, payload.data(), sizeof update);
-    ++gauge_updates_;
+    ++drained_.gauge_updates;
     integrals_.observe_update(update.series_index, header.timestamp_ns, update.value);
     return;
   }
   if (header.type != static_cast<std::uint16_t>(shm::RecordType::kSchedulerSnapshot))
     return;  // unknown: skip
   if (header.type_version < 1 || payload.size() < sizeof(shm::SchedulerSnapshot)) {
-    ++malformed_records_;
+    ++drained_.malformed;
     return;
   }
   // A newer minor may append fields after the ones this build knows: read the known prefix only.

@@ -87,6 +87,18 @@ class RecordRate {
   double per_second_ = 0;
 };
 
+// What the drains of one generation found, as plain counters.
+struct DrainStats {
+  std::uint64_t records = 0;  // applied, including the last drain of a generation that died or closed
+  std::uint64_t sequence_gaps = 0;
+  std::uint64_t malformed = 0;
+  std::uint64_t gauge_updates = 0;  // one per set of a gauge declared through the metric classes
+  // Of the last drain(): the fraction of the ring's bytes it consumed, and whether the writer dropped a
+  // record (ring full) since the drain before (what the poll pacer steers by).
+  double last_fill = 0;
+  bool dropped_before_last = false;
+};
+
 class RankSegment {
  public:
   RankSegment(std::string name, std::string path, shm::OpenedSegment opened, std::uint64_t now_ns);
@@ -170,15 +182,7 @@ class RankSegment {
   // it can count no more): the scrape then takes only its gauges from it, until it is retired.
   bool folded() const { return folded_; }
   void mark_folded() { folded_ = true; }
-  std::uint64_t records_drained() const { return records_drained_; }
-  // Of the last drain(): the fraction of the ring's bytes it consumed, and whether the writer dropped a
-  // record (ring full) since the drain before (what the poll pacer steers by).
-  double last_drain_fill() const { return last_drain_fill_; }
-  bool dropped_before_last_drain() const { return dropped_before_last_drain_; }
-  std::uint64_t sequence_gaps() const { return sequence_gaps_; }
-  std::uint64_t malformed_records() const { return malformed_records_; }
-  // Gauge update records drained (one per set of a gauge declared through the metric classes).
-  std::uint64_t gauge_updates() const { return gauge_updates_; }
+  const DrainStats& drained() const { return drained_; }
   std::uint64_t invalid_series() const { return invalid_series_; }
   // Registrations the writer refused (no room in the shm directory, block full, invalid), as its
   // cumulative header counts them at the last refresh.
@@ -219,8 +223,6 @@ class RankSegment {
   // report does not reset the decode-owned gen_throughput.
   shm::ReportOwnership ownership_;  // SGLang's report-kind rule, over every snapshot in order
   bool exit_watched_ = false;
-  double last_drain_fill_ = 0;
-  bool dropped_before_last_drain_ = false;
   std::uint64_t dropped_seen_ = 0;
   RankState state_ = RankState::kLive;
   std::uint64_t state_since_ns_ = 0;
@@ -232,10 +234,7 @@ class RankSegment {
   std::vector<std::uint8_t> left_out_;     // by series position; 1: left out
   std::size_t left_out_count_ = 0;
   bool folded_ = false;
-  std::uint64_t records_drained_ = 0;
-  std::uint64_t sequence_gaps_ = 0;
-  std::uint64_t malformed_records_ = 0;
-  std::uint64_t gauge_updates_ = 0;
+  DrainStats drained_;
   std::uint64_t invalid_series_ = 0;
   shm::CumulativeReader::Refused refused_;
   std::uint32_t max_series_ = 100000;

@@ -6,36 +6,38 @@
 // its grace period ends: with a state directory the store is then persisted at once (exclusive temporary,
 // fsync, rename, directory fsync), together with the generations it holds, so neither a daemon restart nor
 // a successor renamed over the generation's file loses its totals, and a still-present segment is never
-// counted twice. What live generations have counted is checkpointed next to it (save_checkpoints), so a
+// counted twice. What live generations have counted is checkpointed next to it (CheckpointFile), so a
 // generation that ends while no daemon runs is not lost either. Used only from the io thread.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "aggregation.hpp"
+#include "checkpoint_file.hpp"
+#include "generation_contributions.hpp"
+#include "rank_segment.hpp"
 
 namespace rankstat {
 
 class RetiredTotals {
  public:
-  // Identity of a generation: segment name and its random generation nonce.
-  using GenerationKey = std::pair<std::string, std::uint64_t>;
+  using GenerationKey = rankstat::GenerationKey;  // segment name, generation nonce
+  using LiveCheckpoint = rankstat::LiveCheckpoint;
 
   // `state_dir` empty: memory only.
   explicit RetiredTotals(std::string state_dir);
 
   // Loads the persisted store; a missing file is an empty store, a corrupt one is an error (the file
   // is left for inspection and the store starts empty). A symlink is never followed. Each entry is
-  // validated as a segment's series would be (metric and label names, UTF-8 values, finite numbers,
-  // consistent buckets); invalid entries are dropped, counted and logged once.
+  // validated as a segment's series would be (metric and label names, UTF-8 values, finite increasing
+  // bounds, consistent buckets, no negative counter total; NaN and infinities are kept, written as the
+  // strings "NaN", "+Inf" and "-Inf"); invalid entries are dropped, counted and logged once.
   bool load(std::string& error);
   // Writes the store atomically: an exclusive temporary of a random name (O_EXCL | O_NOFOLLOW), fsync,
   // rename, directory fsync. Returns false (with a message) if it could not; the generations folded since
@@ -65,7 +67,8 @@ class RetiredTotals {
   void forget_generations_except(const std::set<GenerationKey>& still_present,
                                  const std::set<std::string>& unidentified);
 
-  // Folds one generation's counter and histogram series (labels already composed).
+  // Adds one series of a generation (labels already composed); fold() adds all of a generation's. A NaN
+  // or infinite value is kept as it is, as prometheus_client keeps it in a dead process's file.
   // `help` is the family's HELP text as the engine declared it (empty: the typed record's catalog);
   // `summary`: a summary (no bounds), exported as such.
   void add_counter(const GenerationKey& generation, const std::string& family, const Labels& labels,
@@ -74,54 +77,20 @@ class RetiredTotals {
                      const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum,
                      const std::string& help = {}, bool summary = false);
   void mark_retired(const GenerationKey& generation);
-  // Adds a generation's cumulative series (cumulative_totals) and marks it retired; a generation already
-  // held adds nothing, so a generation is never folded twice.
+  // Folds a generation that can count no more: adds what it contributes to the sums (its counters,
+  // histograms, summaries and integrals, for_each_contribution: exactly what its last scrape served, with
+  // `instance_label` composed into the labels as the scrape does) and marks it retired. A generation
+  // already held adds nothing, so a generation is never folded twice. Settle its integrals first.
+  void fold(const RankSegment& generation, const std::string& instance_label);
+  // The same for a generation known only by the totals a checkpoint kept of it (fold_unclaimed).
   void fold(const GenerationKey& generation, const CumulativeTotals& totals);
 
-  // Checkpoints of the generations the daemon holds, saved (with a state directory) before every scrape is
-  // answered, when a generation is opened or loses its name, and at a clean stop. Without fsync: the
-  // segments they describe live in /dev/shm, which a reboot empties too, and a daemon crash leaves the
-  // renamed file in the page cache.
-  //   integrals: each integrated gauge's state (gauge_integral.hpp), by IntegratedGauge::checkpoint_key;
-  //              a restarted daemon continues each integral from there, so it never goes backwards.
-  //   totals:    the generation's cumulative series while they are not persisted in the retired totals;
-  //              when a restarted daemon finds the generation gone (its successor renamed over it, or
-  //              its file removed, while no daemon ran), it folds them (fold_unclaimed): the counts
-  //              Prometheus saw are never lost.
-  using Checkpoints = std::map<std::string, IntegralCheckpoint>;
-  struct LiveCheckpoint {
-    Checkpoints integrals;
-    std::optional<CumulativeTotals> totals;
-  };
-  // Claims a loaded checkpoint for a generation that was opened: returns its integrals; its totals are
-  // dropped (the segment itself has them, as high or higher).
-  Checkpoints take_checkpoints(const GenerationKey& generation);
-  // Writes `live`, and the loaded entries no generation has claimed yet: until `drop_unclaimed` those
-  // with integrals only, and those with totals until fold_unclaimed or drop_unclaimed decides on them.
-  bool save_checkpoints(const std::map<GenerationKey, LiveCheckpoint>& live, bool drop_unclaimed,
-                        std::string& error);
-  // The same, for checkpoints the caller keeps (no copy); empty ones are not written.
-  bool save_live_checkpoints(const std::map<GenerationKey, const LiveCheckpoint*>& live, bool drop_unclaimed,
-                             std::string& error);
-  // Loaded checkpoints no generation has claimed yet (the set only shrinks after load()).
-  std::size_t unclaimed_checkpoints() const { return unclaimed_checkpoints_.size(); }
-  // Loaded checkpoints with totals that no opened generation claimed.
-  std::vector<GenerationKey> unclaimed_totals() const;
-  // Folds an unclaimed checkpoint's totals (its generation is gone); the entry stays until
-  // drop_unclaimed, so that it is still written while the fold is unsaved().
+  // What live generations have counted, next to the store (integrals.json; checkpoint_file.hpp).
+  CheckpointFile& checkpoints() { return checkpoints_; }
+  const CheckpointFile& checkpoints() const { return checkpoints_; }
+  // Folds the totals a loaded checkpoint kept of a generation that is gone (never twice: fold()); the
+  // entry stays until CheckpointFile::drop, so that it is still written while the fold is unsaved().
   void fold_unclaimed(const GenerationKey& generation);
-  void drop_unclaimed(const GenerationKey& generation) { unclaimed_checkpoints_.erase(generation); }
-
-  // The JSON text of each label set the last checkpoint wrote, by identity (CumulativeLabels keeps the same
-  // objects from one checkpoint to the next, so each is escaped and checked once); holding the labels
-  // keeps their address from being reused by others.
-  struct WrittenLabels {
-    std::shared_ptr<const Labels> labels;
-    std::string json;  // empty: not UTF-8, never written
-  };
-  using WrittenLabelSets = std::unordered_map<const Labels*, WrittenLabels>;
-  // The "types" table of the checkpoint, kept from one checkpoint to the next (defined in the .cpp).
-  struct CheckpointTypes;
 
   // Adds the retired totals to a family set (help text from the catalog), except the families in
   // `left_out` (another declaration of theirs wins in a held generation: SegmentRegistry).
@@ -153,8 +122,6 @@ class RetiredTotals {
   // retired series if they carry another declaration.
   void adopt_declaration(const GenerationKey& generation, const std::string& family,
                          const FamilyDeclaration& declaration);
-  // After load_totals: a checkpoint of a generation the totals already hold is dropped.
-  void load_checkpoints();
   struct Counter {
     double value = 0;
     std::string help;
@@ -170,11 +137,7 @@ class RetiredTotals {
 
   std::string dir_;
   std::string path_;
-  std::string checkpoint_path_;
-  std::map<GenerationKey, LiveCheckpoint> unclaimed_checkpoints_;
-  std::string last_checkpoint_text_;  // what the file holds: unchanged values are not written again
-  WrittenLabelSets written_labels_;
-  std::shared_ptr<CheckpointTypes> checkpoint_types_;
+  CheckpointFile checkpoints_;
   std::uint64_t invalid_entries_ = 0;
   std::set<GenerationKey> generations_;
   std::set<GenerationKey> unsaved_;  // marked since the last successful save

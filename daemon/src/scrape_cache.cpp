@@ -32,12 +32,17 @@ ScrapeCache::ScrapeCache(const Config& config, SegmentRegistry& registry, Retire
 
 http::Response ScrapeCache::respond(const http::Request& request) {
   http::Response r;
+  // The escaping scheme the scraper asks for (docs/http-api.md): named in the Content-Type unless it is
+  // the default, so that a scraper that asked for none gets the header it always got.
+  const exposition::Escaping escaping = exposition::negotiate_escaping(request.accept);
   r.content_type = std::string(kTextContentType);
+  if (escaping != exposition::Escaping::kUnderscores)
+    r.content_type.append("; escaping=").append(exposition::escaping_name(escaping));
   if (const ScrapeFilter filter = parse_scrape_filter(request.target); filter.active()) {
     std::string full;
     std::vector<std::size_t> family_ends;
-    render(full, family_ends);
-    r.body = apply_scrape_filter(full, family_ends, engine_families_, filter);
+    render(full, family_ends, escaping);
+    r.body = apply_scrape_filter(full, family_ends, engine_families_, filter, escaping);
     r.compressible = true;
     return r;
   }
@@ -46,11 +51,13 @@ http::Response ScrapeCache::respond(const http::Request& request) {
   if (http::accepts_gzip(request.accept_encoding)) {
     // Rendered into the compressor's own buffer: it compares each family with the previous body and
     // deflates only those that changed.
-    std::string& body = gzip_.next_body();
-    render(body, family_ends);
+    std::unique_ptr<http::ChunkedGzip>& gzip = gzip_[static_cast<std::size_t>(escaping)];
+    if (gzip == nullptr) gzip = std::make_unique<http::ChunkedGzip>(1);
+    std::string& body = gzip->next_body();
+    render(body, family_ends, escaping);
     try {
-      gzip_.set_level(config_.gzip_level);
-      r.precompressed_gzip = gzip_.compress(family_ends);
+      gzip->set_level(config_.gzip_level);
+      r.precompressed_gzip = gzip->compress(family_ends);
       return r;
     } catch (const std::exception& e) {
       spdlog::warn("gzip of /metrics failed, sending it uncompressed: {}", e.what());
@@ -60,7 +67,7 @@ http::Response ScrapeCache::respond(const http::Request& request) {
   }
   if (plain_body_ == nullptr || plain_body_.use_count() != 1) plain_body_ = std::make_shared<std::string>();
   plain_body_->clear();
-  render(*plain_body_, family_ends);
+  render(*plain_body_, family_ends, escaping);
   r.shared_body = plain_body_;
   return r;
 }
@@ -77,7 +84,8 @@ void ScrapeCache::save_checkpoints() {
   }
 }
 
-void ScrapeCache::render(std::string& body, std::vector<std::size_t>& family_ends) {
+void ScrapeCache::render(std::string& body, std::vector<std::size_t>& family_ends,
+                         exposition::Escaping escaping) {
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t now_ns = shm::monotonic_ns();
   watch_.drain_rings(now_ns, false);  // freshest data for this scrape
@@ -95,15 +103,15 @@ void ScrapeCache::render(std::string& body, std::vector<std::size_t>& family_end
   body.reserve(last_body_bytes_ + last_body_bytes_ / 8);
   // The engine families in prometheus_client's spelling (what engine.finish() gives through
   // exposition::serialize with Dialect::kPrometheusClient), then the self-metrics in prometheus-cpp's.
-  engine_.render(body, &family_ends);
+  engine_.render(body, &family_ends, escaping);
   engine_families_ = family_ends.size();
   for (const prometheus::MetricFamily& family : self_.collect(registry_, http_counters_(), now_ns)) {
-    exposition::append_family(body, family);
+    exposition::append_family(body, family, exposition::Dialect::kPrometheusCpp, escaping);
     family_ends.push_back(body.size());
   }
   if (const auto stats = read_process_stats()) {
     for (const prometheus::MetricFamily& family : process_families(*stats)) {
-      exposition::append_family(body, family);
+      exposition::append_family(body, family, exposition::Dialect::kPrometheusCpp, escaping);
       family_ends.push_back(body.size());
     }
   }

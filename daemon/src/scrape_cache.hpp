@@ -5,6 +5,7 @@
 // Threading contract: touched on the io thread only.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -37,7 +38,8 @@ class ScrapeCache {
 
  private:
   // Writes the exposition into `body`; `family_ends` receives where each family ends (the gzip chunks).
-  void render(std::string& body, std::vector<std::size_t>& family_ends);
+  // Names that are not classic are written as `escaping` asks (the request's Accept header).
+  void render(std::string& body, std::vector<std::size_t>& family_ends, exposition::Escaping escaping);
   void note_drops();
 
   const Config& config_;
@@ -47,7 +49,9 @@ class ScrapeCache {
   SegmentWatch& watch_;
   std::function<HttpCounters()> http_counters_;
   FamilySet engine_;
-  http::ChunkedGzip gzip_{1};
+  // One compressor per escaping scheme (made at its first request): each compares a body with the last
+  // body of its own scheme, so scrapers that ask for different schemes do not re-deflate each other's.
+  std::array<std::unique_ptr<http::ChunkedGzip>, exposition::kEscapingSchemes> gzip_;
   std::size_t last_body_bytes_ = 0;
   // The plain body of the last uncompressed scrape, rendered into again once no connection is still
   // sending it: at 32 ranks it is 1.7 MB, which a fresh allocation would page-fault in on every scrape.

@@ -9,8 +9,19 @@ namespace rankstat {
 
 namespace {
 
-// The metric name a sample line starts with.
+// The metric name a sample line starts with, as written: `name` before `{` or the space, or under
+// allow-utf-8 a quoted name first inside the braces (`{"my.metric",...`), quotes included.
 std::string_view sample_name(std::string_view line) {
+  if (line.starts_with("{\"")) {
+    for (std::size_t i = 2; i < line.size(); ++i) {
+      if (line[i] == '\\') {
+        ++i;
+      } else if (line[i] == '"') {
+        return line.substr(1, i);
+      }
+    }
+    return {};
+  }
   return line.substr(0, std::min(line.find('{'), line.find(' ')));
 }
 
@@ -29,7 +40,14 @@ ScrapeFilter parse_scrape_filter(std::string_view target) {
 }
 
 std::string apply_scrape_filter(std::string_view body, const std::vector<std::size_t>& family_ends,
-                                std::size_t engine_families, const ScrapeFilter& filter) {
+                                std::size_t engine_families, const ScrapeFilter& filter,
+                                exposition::Escaping escaping) {
+  std::set<std::string, std::less<>> written(filter.names.begin(), filter.names.end());
+  for (const std::string& name : filter.names) {
+    std::string spelled;
+    exposition::append_metric_name(spelled, name, {}, escaping);
+    written.insert(std::move(spelled));
+  }
   std::string out;
   std::size_t begin = 0;
   for (std::size_t family = 0; family < family_ends.size(); ++family) {
@@ -51,7 +69,7 @@ std::string apply_scrape_filter(std::string_view body, const std::vector<std::si
       rest.remove_prefix(line.size());
       if (line.starts_with('#')) {
         comments.append(line);
-      } else if (filter.names.contains(std::string(sample_name(line)))) {
+      } else if (written.contains(sample_name(line))) {
         samples.append(line);
       }
     }

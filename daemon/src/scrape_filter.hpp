@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "text_exposition.hpp"
+
 namespace rankstat {
 
 struct ScrapeFilter {
@@ -27,7 +29,11 @@ ScrapeFilter parse_scrape_filter(std::string_view target);
 // The exposition `body`, whose families end at `family_ends` (the first `engine_families` of them the
 // engine's, the rest the daemon's own), with only what `filter` keeps. A family keeps its HELP and TYPE
 // lines when at least one of its samples is kept, and disappears otherwise.
+// A name asked for is matched as the body writes it under `escaping` (the one it was rendered with):
+// `name[]=my.metric_total` finds `my_metric_total` by default and `{"my.metric_total"}` under
+// allow-utf-8; the escaped spelling itself is matched too.
 std::string apply_scrape_filter(std::string_view body, const std::vector<std::size_t>& family_ends,
-                                std::size_t engine_families, const ScrapeFilter& filter);
+                                std::size_t engine_families, const ScrapeFilter& filter,
+                                exposition::Escaping escaping = exposition::Escaping::kUnderscores);
 
 }  // namespace rankstat

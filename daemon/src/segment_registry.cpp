@@ -46,20 +46,15 @@ SegmentRegistry::SegmentRegistry(RegistryOptions options, RetiredTotals& retired
     const std::uint64_t reserve = std::clamp<std::uint64_t>(soft / 4, 16, 256);
     fd_budget_ = soft > reserve ? soft - reserve : 0;
   }
-  for (const shm::ScalarField& field : shm::kSchedulerScalarFields) {
-    shm::GaugeMode mode = shm::GaugeMode::kMostRecent;
-    if (snapshot_field_gauge_mode(field, mode))
-      snapshot_declarations_[snapshot_family_name(field)] = FamilyDeclaration::gauge(mode);
-  }
 }
 
 void SegmentRegistry::set_trust(std::vector<std::uint32_t> allowed_uids, bool any_owner,
                                 bool allow_world_writable,
                                 std::map<std::string, std::vector<std::uint32_t>> instance_owners) {
-  options_.allowed_uids = std::move(allowed_uids);
-  options_.any_owner = any_owner;
-  options_.allow_world_writable = allow_world_writable;
-  options_.instance_owners = std::move(instance_owners);
+  options_.trust.allowed_uids = std::move(allowed_uids);
+  options_.trust.any_owner = any_owner;
+  options_.trust.allow_world_writable = allow_world_writable;
+  options_.trust.instance_owners = std::move(instance_owners);
   for (auto& [name, r] : rejected_) r.recheck = true;
 }
 
@@ -72,20 +67,14 @@ namespace {
 
 // As logged; spelt as the reason label of rankstat_segments_rejected_total.
 std::string_view rejection_name(Rejection rejection) {
-  switch (rejection.refusal) {
-    case Refusal::kNotRegularFile:
-      return "not_regular_file";
-    case Refusal::kWorldWritable:
-      return "world_writable";
-    case Refusal::kUnexpectedOwner:
-      return "unexpected_owner";
-    case Refusal::kHardLink:
+  switch (rejection.kind) {
+    case Rejection::Kind::kUntrusted:
+      return shm::trust_refusal_name(rejection.untrusted);
+    case Rejection::Kind::kHardLink:
       return "hard_link";
-    case Refusal::kInstanceMismatch:
-      return "instance_mismatch";
-    case Refusal::kBusError:
+    case Rejection::Kind::kBusError:
       return "bus_error";
-    case Refusal::kInvalid:
+    case Rejection::Kind::kInvalid:
       break;
   }
   return shm::reject_reason_name(rejection.invalid);
@@ -93,40 +82,10 @@ std::string_view rejection_name(Rejection rejection) {
 
 }  // namespace
 
-std::optional<Refusal> SegmentRegistry::distrust(const struct stat& st, const std::string& instance,
-                                                 std::string& message) const {
-  if (!S_ISREG(st.st_mode)) {
-    message = "not a regular file (a symlink, directory, FIFO or device); never opened";
-    return Refusal::kNotRegularFile;
-  }
-  if ((st.st_mode & S_IWOTH) != 0 && !options_.allow_world_writable) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    message =
-        std::string("mode ") + mode +
-        " lets any local user write it; writers create segments 0660 or 0640 (--shm.allow-world-writable "
-        "accepts it anyway)";
-    return Refusal::kWorldWritable;
-  }
-  const std::uint32_t uid = st.st_uid;
-  if (auto owners = options_.instance_owners.find(instance); owners != options_.instance_owners.end()) {
-    // Per-instance trust: a user trusted for one instance cannot publish (or rename a segment over)
-    // another's.
-    if (uid == 0 || std::find(owners->second.begin(), owners->second.end(), uid) != owners->second.end())
-      return std::nullopt;
-    message = "owned by uid " + std::to_string(uid) +
-              ", which --shm.instance-owner does not allow for instance " + instance;
-    return Refusal::kUnexpectedOwner;
-  }
-  const bool owner_ok = options_.any_owner || uid == geteuid() || uid == 0 ||
-                        std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), uid) !=
-                            options_.allowed_uids.end();
-  if (!owner_ok) {
-    message = "owned by uid " + std::to_string(uid) + ", which is neither this daemon's uid " +
-              std::to_string(geteuid()) + ", root, nor in --shm.allowed-uids";
-    return Refusal::kUnexpectedOwner;
-  }
-  return std::nullopt;
+std::optional<shm::TrustRefusal> SegmentRegistry::distrust(const struct stat& st, const std::string& instance,
+                                                           std::string& message) const {
+  // The rule is shmproto's (trust.hpp), the one `rankstat --direct` applies too.
+  return options_.trust.judge_file(st, instance, message);
 }
 
 void SegmentRegistry::reject(const std::string& name, const struct stat& st, Rejection reason,
@@ -135,26 +94,17 @@ void SegmentRegistry::reject(const std::string& name, const struct stat& st, Rej
   const bool repeat = r.inode == st.st_ino && r.device == st.st_dev && r.reason == reason;
   r = Rejected{st.st_ino, st.st_dev, st.st_mode, st.st_uid, st.st_gid, st.st_size, ctime_ns(st), reason};
   if (repeat) return;  // counted and logged for this file and reason already
-  switch (reason.refusal) {
-    case Refusal::kNotRegularFile:
-      ++counters_.rejected_not_regular;
+  switch (reason.kind) {
+    case Rejection::Kind::kUntrusted:
+      ++counters_.rejected_untrusted[static_cast<std::size_t>(reason.untrusted)];
       break;
-    case Refusal::kWorldWritable:
-      ++counters_.rejected_world_writable;
-      break;
-    case Refusal::kUnexpectedOwner:
-      ++counters_.rejected_unexpected_owner;
-      break;
-    case Refusal::kHardLink:
+    case Rejection::Kind::kHardLink:
       ++counters_.rejected_hard_link;
       break;
-    case Refusal::kInstanceMismatch:
-      ++counters_.rejected_instance_mismatch;
-      break;
-    case Refusal::kBusError:
+    case Rejection::Kind::kBusError:
       ++counters_.quarantined_bus_error;
       break;
-    case Refusal::kInvalid:
+    case Rejection::Kind::kInvalid:
       ++counters_.rejected_by_reason[static_cast<std::size_t>(reason.invalid)];
       break;
   }
@@ -262,7 +212,7 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
         if (const auto refusal = distrust(st, shm::parse_segment_name(name)->instance, message)) {
           ++counters_.dropped_untrusted;
           t.current.reset();
-          reject(name, st, {*refusal},
+          reject(name, st, Rejection::of(*refusal),
                  message + " (changed after it was opened; dropped from the exposition)", now_ns);
           continue;
         }
@@ -295,12 +245,12 @@ int SegmentRegistry::scan(std::uint64_t now_ns) {
     if (const auto refusal = distrust(st, shm::parse_segment_name(name)->instance, distrust_message)) {
       // Judged before the hard-link check: a foreign segment renamed here (its inode still tracked under
       // its old name) is an untrusted owner's file, not a second name.
-      reject(name, st, {*refusal}, distrust_message, now_ns);
+      reject(name, st, Rejection::of(*refusal), distrust_message, now_ns);
       continue;
     }
     if (const std::string* holder = inode_holder(st, name)) {
       // Segments are identified by (device, inode): a second name (ln) would count the rank twice.
-      reject(name, st, {Refusal::kHardLink},
+      reject(name, st, {Rejection::Kind::kHardLink},
              "a second name (hard link) for the segment already read as " + *holder + "; counted once",
              now_ns);
       continue;
@@ -348,18 +298,18 @@ bool SegmentRegistry::generation_gone(const RetiredTotals::GenerationKey& key) c
 
 void SegmentRegistry::resolve_checkpoints() {
   bool recovered = false;
-  for (const RetiredTotals::GenerationKey& key : retired_.unclaimed_totals()) {
+  for (const RetiredTotals::GenerationKey& key : retired_.checkpoints().unclaimed_totals()) {
     if (retired_.holds(key)) continue;  // dropped below once persisted
     const auto parsed = shm::parse_segment_name(key.first);
     if (retired_.holds_nonce(key.second) || !parsed || !wanted(parsed->instance)) {
-      retired_.drop_unclaimed(key);  // retired under another name, or not this daemon's to serve
+      retired_.checkpoints().drop(key);  // retired under another name, or not this daemon's to serve
       continue;
     }
     if (!generation_gone(key)) continue;  // its file may still be opened: never counted twice
     // Its successor was renamed over it, or its file removed, while no daemon ran: what the previous
     // daemon last saw of it (at least what Prometheus read) joins the retired totals.
     retired_.fold_unclaimed(key);
-    note_replaced_declarations();
+    FamilyDeclarations::note_replaced(retired_);
     ++counters_.generations_recovered;
     recovered = true;
     spdlog::info(
@@ -367,8 +317,8 @@ void SegmentRegistry::resolve_checkpoints() {
         key.first, key.second);
   }
   if (recovered) persist_retired();
-  for (const RetiredTotals::GenerationKey& key : retired_.unclaimed_totals()) {
-    if (retired_.persisted(key)) retired_.drop_unclaimed(key);
+  for (const RetiredTotals::GenerationKey& key : retired_.checkpoints().unclaimed_totals()) {
+    if (retired_.persisted(key)) retired_.checkpoints().drop(key);
   }
 }
 
@@ -421,7 +371,7 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   // Judged on lstat before anything is opened or mapped (a symlink is never followed), then again on the
   // descriptor actually opened, so a file swapped in between is caught too.
   if (const auto refusal = distrust(listed, instance, message)) {
-    reject(name, listed, {*refusal}, message, now_ns);
+    reject(name, listed, Rejection::of(*refusal), message, now_ns);
     return;
   }
   shm::OpenedSegment opened;
@@ -430,7 +380,8 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
       !shm::run_bus_guarded(nullptr, 0, [&] { opened = shm::open_segment(path, /*consumer=*/true); });
   if (faulted) {
     opened.file.reset();
-    reject(name, listed, {Refusal::kBusError}, "the file shrank while its header was being read", now_ns);
+    reject(name, listed, {Rejection::Kind::kBusError}, "the file shrank while its header was being read",
+           now_ns);
     return;
   }
   if (opened.reason == shm::RejectReason::kNotReady) return;  // a writer mid-creation: next scan
@@ -443,23 +394,19 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   }
   if (opened.reason != shm::RejectReason::kNone) {
     struct stat st {};
-    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed, {Refusal::kInvalid, opened.reason},
+    reject(name, lstat(path.c_str(), &st) == 0 ? st : listed, {Rejection::Kind::kInvalid, {}, opened.reason},
            opened.message, now_ns);
     return;
   }
   struct stat held {};
   if (fstat(opened.file.fd(), &held) != 0) return;
   if (const auto refusal = distrust(held, instance, message)) {
-    reject(name, held, {*refusal}, message, now_ns);
+    reject(name, held, Rejection::of(*refusal), message, now_ns);
     return;
   }
-  if (instance != opened.identity.instance) {
-    // Trust is per instance and judged by the name: a header claiming another instance is a renamed
-    // segment (its series would be exported under the header's instance).
-    reject(name, held, {Refusal::kInstanceMismatch},
-           std::string("its header says instance '") + opened.identity.instance + "' but its name says '" +
-               instance + "'",
-           now_ns);
+  if (const auto mismatch = shm::SegmentTrust::judge_header(opened.identity, instance, message)) {
+    // Its series would be exported under the header's instance.
+    reject(name, held, Rejection::of(*mismatch), message, now_ns);
     return;
   }
   {
@@ -505,7 +452,7 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   auto segment = std::make_unique<RankSegment>(name, path, std::move(opened), now_ns);
   segment->set_max_series(options_.max_series_per_segment);
   segment->set_integrals(&options_.integrals, exports_engine_metrics(segment->identity()),
-                         retired_.take_checkpoints(key));
+                         retired_.checkpoints().take(key));
   Tracked& t = tracked_[name];
   if (t.current) {
     // A restarted rank renamed a new generation onto the name: drain what the old one still holds and
@@ -562,32 +509,6 @@ void SegmentRegistry::open_generation(const std::string& name, const struct stat
   t.current = std::move(segment);
 }
 
-namespace {
-
-// The order in which declarations of one family win: the newest live declaration first (see
-// resolve_declarations). A total order over distinct generations.
-bool outranks(const RankSegment& a, const RankSegment& b) {
-  if (is_live(a.state()) != is_live(b.state())) return is_live(a.state());
-  const std::uint64_t a_start = a.identity().created_monotonic_ns;
-  const std::uint64_t b_start = b.identity().created_monotonic_ns;
-  if (a_start != b_start) return a_start > b_start;
-  if (a.name() != b.name()) return a.name() < b.name();
-  return a.identity().generation > b.identity().generation;
-}
-
-// Whether the scrape takes `series` from its generation at all (the engine-level rule of
-// for_each_exported_series): a series nobody serves declares nothing.
-bool exported(bool engine_rule_passed, const SeriesState& series) {
-  return engine_rule_passed || (series.info.flags & shm::kSeriesWithoutIdentityLabels) != 0;
-}
-
-std::string describe_segment(const RankSegment& s) {
-  return "segment " + s.name() + " (pid " + std::to_string(s.identity().pid) + ", " +
-         std::string(rank_state_name(s.state())) + ")";
-}
-
-}  // namespace
-
 void SegmentRegistry::resolve_declarations(RankSegment* pending) {
   std::vector<RankSegment*> held;
   for (auto& [name, t] : tracked_) {
@@ -596,131 +517,22 @@ void SegmentRegistry::resolve_declarations(RankSegment* pending) {
   }
   if (pending != nullptr && std::find(held.begin(), held.end(), pending) == held.end())
     held.push_back(pending);
-  std::vector<std::tuple<const RankSegment*, std::uint64_t, std::size_t, bool, bool>> inputs;
-  inputs.reserve(held.size());
-  bool snapshot_reported = false;
-  for (const RankSegment* s : held) {
-    inputs.emplace_back(s, s->identity().generation, s->series().size(), is_live(s->state()),
-                        s->scheduler().present);
-    snapshot_reported = snapshot_reported || s->scheduler().present;
-  }
-  if (inputs == resolved_inputs_ && retired_.declarations_version() == resolved_retired_version_) return;
-  resolved_inputs_ = std::move(inputs);
-  resolved_retired_version_ = retired_.declarations_version();
-  ++resolution_version_;
-
-  // The winning declaration of every family some held generation exports, and who declared it (null:
-  // the scheduler snapshot). A generation declares a family by its first exported series of it.
-  struct Claim {
-    FamilyDeclaration declaration;
-    const RankSegment* by = nullptr;
-  };
-  std::map<std::string_view, Claim> winners;
-  if (snapshot_reported) {
-    for (const auto& [family, declaration] : snapshot_declarations_) winners[family] = {declaration, nullptr};
-  }
-  for (const RankSegment* s : held) {
-    const bool engine_rule_passed = exports_engine_metrics(s->identity());
-    std::set<std::string_view> declared;
-    for (const SeriesState& series : s->series()) {
-      if (!exported(engine_rule_passed, series) || !declared.insert(series.info.family).second) continue;
-      auto [it, inserted] = winners.try_emplace(series.info.family);
-      if (inserted || (it->second.by != nullptr && outranks(*s, *it->second.by)))
-        it->second = {FamilyDeclaration::of(series.info), s};
-    }
-  }
-
-  std::set<std::tuple<std::string, std::string, std::uint64_t>> current;
-  const auto report = [&](std::tuple<std::string, std::string, std::uint64_t> key, const auto& log) {
-    if (reported_conflicts_.count(key) == 0) {
-      ++counters_.family_conflicts;
-      log();
-    }
-    current.insert(std::move(key));
-  };
-  const auto winner_words = [](const Claim& c) {
-    return c.by == nullptr ? std::string("the scheduler snapshot") : describe_segment(*c.by);
-  };
-  std::uint64_t left_out_total = 0;
-  for (RankSegment* s : held) {
-    const bool engine_rule_passed = exports_engine_metrics(s->identity());
-    const std::vector<SeriesState>& all = s->series();
-    std::vector<std::uint8_t> left_out(all.size(), 0);
-    std::map<std::string_view, std::pair<FamilyDeclaration, std::size_t>> lost;  // family -> (mine, series)
-    for (std::size_t position = 0; position < all.size(); ++position) {
-      const SeriesState& series = all[position];
-      if (!exported(engine_rule_passed, series)) continue;
-      const auto it = winners.find(series.info.family);
-      FamilyDeclaration mine = FamilyDeclaration::of(series.info);
-      if (it == winners.end() || it->second.declaration == mine) continue;
-      left_out[position] = 1;
-      // A folded generation serves its gauges only: its other series are the retired totals' now, whose
-      // declaration is judged (and reported) on its own below.
-      if (s->folded() && series.info.kind != shm::SeriesKind::kGauge) continue;
-      auto [entry, inserted] = lost.try_emplace(series.info.family, std::move(mine), 0);
-      ++entry->second.second;
-    }
-    for (const auto& entry : lost) {
-      const std::string_view family = entry.first;  // named, not bound: a lambda may capture it
-      const std::pair<FamilyDeclaration, std::size_t>& mine = entry.second;
-      const Claim& winner = winners.at(family);
-      report({std::string(family), s->name(), s->identity().generation}, [&] {
-        spdlog::error(
-            "family {} is declared as {} by {} but as {} by {}; the newest live declaration wins (docs/"
-            "semantics.md): the {} series of {} from {} are left out, its other families are served "
-            "(rankstat_family_conflicts_total)",
-            family, describe_declaration(mine.first), describe_segment(*s),
-            describe_declaration(winner.declaration), winner_words(winner), mine.second, family, s->name());
-      });
-    }
-    std::size_t count = 0;
-    for (const auto& [family, mine] : lost) count += mine.second;
-    left_out_total += count;
-    if (!lost.empty() || s->series_left_out_count() != 0 ||
-        std::find(left_out.begin(), left_out.end(), 1) != left_out.end())
-      s->set_series_left_out(std::move(left_out));
-  }
-  retired_left_out_.clear();
-  for (const auto& entry : retired_.declarations()) {
-    const auto& family = entry.first;  // named, not bound: the log lambda captures them
-    const auto& declaration = entry.second;
-    const auto it = winners.find(family);
-    if (it == winners.end() || it->second.declaration == declaration) continue;
-    retired_left_out_.insert(family);
-    report({family, "", 0}, [&] {
-      spdlog::error(
-          "family {} is declared as {} by the retired totals of exited generations but as {} by {}; the "
-          "newest live declaration wins: the retired series of {} are left out (and replaced once that "
-          "generation's totals retire) (rankstat_family_conflicts_total)",
-          family, describe_declaration(declaration), describe_declaration(it->second.declaration),
-          winner_words(it->second), family);
-    });
-  }
-  reported_conflicts_ = std::move(current);
-  counters_.family_conflict_series = left_out_total;
-}
-
-void SegmentRegistry::note_replaced_declarations() {
-  for (const RetiredTotals::ReplacedDeclaration& r : retired_.take_replaced()) {
-    spdlog::info(
-        "family {}: the retired totals now carry it as {} (generation {} of {} retired), no longer as {}; "
-        "{} retired series of the old declaration dropped (they were no longer served)",
-        r.family, describe_declaration(r.after), r.by.second, r.by.first, describe_declaration(r.before),
-        r.series_dropped);
-  }
+  declarations_.resolve(held, retired_);
+  counters_.family_conflicts = declarations_.conflicts();
+  counters_.family_conflict_series = declarations_.conflict_series();
 }
 
 DrainPass SegmentRegistry::drain_all(std::uint64_t now_ns) {
   DrainPass pass;
   auto drain_one = [&](RankSegment& s, const std::string&) {
-    const std::uint64_t before = s.records_drained();
+    const std::uint64_t before = s.drained().records;
     if (!drain_counted(s, now_ns)) {
       note_faults(s, now_ns);
       return;
     }
-    pass.records += s.records_drained() - before;
-    pass.fullest_fill = std::max(pass.fullest_fill, s.last_drain_fill());
-    pass.drops = pass.drops || s.dropped_before_last_drain();
+    pass.records += s.drained().records - before;
+    pass.fullest_fill = std::max(pass.fullest_fill, s.drained().last_fill);
+    pass.drops = pass.drops || s.drained().dropped_before_last;
   };
   for (auto& [name, t] : tracked_) {
     if (t.current && is_live(t.current->state())) drain_one(*t.current, name);
@@ -732,9 +544,9 @@ DrainPass SegmentRegistry::drain_all(std::uint64_t now_ns) {
 }
 
 bool SegmentRegistry::drain_counted(RankSegment& s, std::uint64_t now_ns) {
-  const std::uint64_t before = s.records_drained();
+  const std::uint64_t before = s.drained().records;
   const bool ok = s.drain(now_ns);
-  counters_.records_drained += s.records_drained() - before;
+  counters_.records_drained += s.drained().records - before;
   return ok;
 }
 
@@ -742,8 +554,8 @@ void SegmentRegistry::carry_ring_totals(Tracked& t, const RankSegment& s) {
   const shm::ProducerState p = s.producer();
   t.carried.records += p.records_written;
   t.carried.dropped += p.dropped_records;
-  t.carried.sequence_gaps += s.sequence_gaps();
-  t.carried.malformed += s.malformed_records();
+  t.carried.sequence_gaps += s.drained().sequence_gaps;
+  t.carried.malformed += s.drained().malformed;
 }
 
 RingTotals SegmentRegistry::ring_totals(const RankSegment& s) const {
@@ -752,8 +564,8 @@ RingTotals SegmentRegistry::ring_totals(const RankSegment& s) const {
   const shm::ProducerState p = s.producer();
   out.records += p.records_written;
   out.dropped += p.dropped_records;
-  out.sequence_gaps += s.sequence_gaps();
-  out.malformed += s.malformed_records();
+  out.sequence_gaps += s.drained().sequence_gaps;
+  out.malformed += s.drained().malformed;
   return out;
 }
 
@@ -818,8 +630,8 @@ void SegmentRegistry::fold(RankSegment& s, std::uint64_t now_ns) {
   s.settle_integrals(now_ns);
   // Only the series the scrape serves move: a family whose declaration lost stays out of the totals too.
   resolve_declarations(&s);
-  retired_.fold({s.name(), s.identity().generation}, cumulative_totals(s, options_.instance_label));
-  note_replaced_declarations();
+  retired_.fold(s, options_.instance_label);
+  FamilyDeclarations::note_replaced(retired_);
   s.mark_folded();
   ++counters_.generations_folded;
 }
@@ -943,24 +755,24 @@ bool SegmentRegistry::save_checkpoints(std::string& error) {
         checkpoint.totals.reset();
         changed = true;
       }
-    } else if (!checkpoint.totals.has_value() || entry.resolution != resolution_version_ ||
+    } else if (!checkpoint.totals.has_value() || entry.resolution != declarations_.version() ||
                !refresh_cumulative_totals(*s, *checkpoint.totals, changed)) {
       checkpoint.totals = cumulative_totals(*s, options_.instance_label, &entry.labels);
-      entry.resolution = resolution_version_;
+      entry.resolution = declarations_.version();
       changed = true;
     }
   }
   if (!checkpoints_.empty()) changed = true;  // generations no longer held
   checkpoints_ = std::move(held);
   const bool drop_unclaimed = scanned_once();
-  if (retired_.unclaimed_checkpoints() != checkpoint_unclaimed_ ||
+  if (retired_.checkpoints().unclaimed() != checkpoint_unclaimed_ ||
       drop_unclaimed != checkpoint_dropped_unclaimed_)
     changed = true;
   if (!changed) return true;
   std::map<RetiredTotals::GenerationKey, const RetiredTotals::LiveCheckpoint*> live;
   for (const auto& [key, entry] : checkpoints_) live.emplace(key, &entry.checkpoint);
-  checkpoint_current_ = retired_.save_live_checkpoints(live, drop_unclaimed, error);
-  checkpoint_unclaimed_ = retired_.unclaimed_checkpoints();
+  checkpoint_current_ = retired_.checkpoints().save_live(live, drop_unclaimed, error);
+  checkpoint_unclaimed_ = retired_.checkpoints().unclaimed();
   checkpoint_dropped_unclaimed_ = drop_unclaimed;
   return checkpoint_current_;
 }

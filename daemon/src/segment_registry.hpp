@@ -26,28 +26,26 @@
 #include <tuple>
 #include <vector>
 
+#include "family_declarations.hpp"
 #include "log_limiter.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/reader.hpp"
+#include "rankstat/shmproto/trust.hpp"
 #include "retired_totals.hpp"
 
 namespace rankstat {
 
 // Why the registry refused a segment file: one of its own trust rules, or (kInvalid) the reader's
 // validation, whose shm::RejectReason says more.
-enum class Refusal : std::uint8_t {
-  kNotRegularFile,
-  kWorldWritable,
-  kUnexpectedOwner,
-  kHardLink,
-  kInstanceMismatch,
-  kBusError,  // the file shrank while its header was read
-  kInvalid,
-};
-
+// Why a segment file was refused: the trust rule (shmproto/trust.hpp, shared with `rankstat --direct`), a
+// second name for an inode already read, a file that shrank while its header was read, or a header that
+// failed validation (shm::RejectReason).
 struct Rejection {
-  Refusal refusal = Refusal::kInvalid;
-  shm::RejectReason invalid = shm::RejectReason::kNone;  // set with Refusal::kInvalid only
+  enum class Kind : std::uint8_t { kUntrusted, kHardLink, kBusError, kInvalid };
+  Kind kind = Kind::kInvalid;
+  shm::TrustRefusal untrusted{};                         // with kUntrusted only
+  shm::RejectReason invalid = shm::RejectReason::kNone;  // with kInvalid only
+  static Rejection of(shm::TrustRefusal refusal) { return {Kind::kUntrusted, refusal, {}}; }
   bool operator==(const Rejection&) const = default;
 };
 
@@ -69,15 +67,12 @@ struct RegistryCounters {
   std::uint64_t temporaries_swept = 0;
   std::uint64_t corrupt_rings = 0;
   std::uint64_t scans = 0;
-  // Refused before anything was mapped (docs/reliability.md): not a regular file (a symlink, a FIFO),
-  // writable by others, owned by a user that is neither the daemon's, root, nor allowed.
-  std::uint64_t rejected_not_regular = 0;
-  std::uint64_t rejected_world_writable = 0;
-  std::uint64_t rejected_unexpected_owner = 0;
+  // Refused by the trust rule (docs/reliability.md), by shm::TrustRefusal: before anything was mapped
+  // (not a regular file such as a symlink or a FIFO, writable by others, owned by a user that is neither
+  // the daemon's, root, nor allowed), or once its header named another instance than its file name.
+  std::array<std::uint64_t, shm::kTrustRefusalCount> rejected_untrusted{};
   // A second name for an inode the daemon already reads (a hard link): counting it would double the rank.
   std::uint64_t rejected_hard_link = 0;
-  // Refused because the header's instance is not the one its file name claims (a renamed segment).
-  std::uint64_t rejected_instance_mismatch = 0;
   // Generations dropped from the exposition because their file's mode or owner changed after they were
   // opened (re-checked on every scan); also counted under their reason above.
   std::uint64_t dropped_untrusted = 0;
@@ -118,14 +113,9 @@ struct RegistryOptions {
   std::vector<std::string> instances;  // empty: all
   std::string instance_label;          // composed into retired totals' labels as into live ones
   std::chrono::milliseconds dead_grace{std::chrono::minutes(5)};
-  // Trust: a segment must be a regular file owned by the daemon's uid, root, or one of these (unless
-  // any_owner), and not writable by others (unless allow_world_writable).
-  std::vector<std::uint32_t> allowed_uids;
-  bool any_owner = false;
-  bool allow_world_writable = false;
-  // Instance -> the only owners (besides root) whose segments may carry that instance
-  // (--shm.instance-owner). An instance listed here is closed to everyone else, allowed_uids included.
-  std::map<std::string, std::vector<std::uint32_t>> instance_owners;
+  // Which segment files are believed (shmproto/trust.hpp, the rule `rankstat --direct` applies too):
+  // --shm.allowed-uids, --shm.allow-world-writable, --shm.instance-owner.
+  shm::SegmentTrust trust;
   // Series read per generation at most; the rest are dropped and counted (one rank cannot make the
   // daemon allocate without bound).
   std::uint32_t max_series_per_segment = 100000;
@@ -164,7 +154,7 @@ class SegmentRegistry {
   void refresh_cumulative();
   // Before a scrape: every generation's integrals held up to its writer's last sign of life.
   void settle_integrals(std::uint64_t now_ns);
-  // With --state.dir, checkpoints what every held generation has counted (RetiredTotals::save_checkpoints):
+  // With --state.dir, checkpoints what every held generation has counted (CheckpointFile::save_live):
   // its integrals, and its totals while the retired totals on disk do not hold them. Called before a
   // scrape is answered (after settle_integrals) and at a clean stop; scan() calls it itself when it opened
   // a generation or one lost its name.
@@ -195,7 +185,7 @@ class SegmentRegistry {
   const RetiredTotals& retired() const { return retired_; }
   // Families whose retired series are left out of the scrape: a held generation's declaration of them
   // wins over the retired totals' (RetiredTotals::contribute).
-  const std::set<std::string>& retired_families_left_out() const { return retired_left_out_; }
+  const std::set<std::string>& retired_families_left_out() const { return declarations_.retired_left_out(); }
 
  private:
   struct Tracked {
@@ -224,26 +214,17 @@ class SegmentRegistry {
   bool wanted(const std::string& instance) const;
   // nullopt if `st` may be opened; else the trust rule it breaks, with a message.
   // `instance`: the one the file name claims, for --shm.instance-owner.
-  std::optional<Refusal> distrust(const struct stat& st, const std::string& instance,
-                                  std::string& message) const;
+  std::optional<shm::TrustRefusal> distrust(const struct stat& st, const std::string& instance,
+                                            std::string& message) const;
   void reject(const std::string& name, const struct stat& st, Rejection reason, const std::string& message,
               std::uint64_t now_ns);
   // Counts and logs (once per generation, rate-limited) a ring or memory fault found since the last call.
   void note_faults(const RankSegment& segment, std::uint64_t now_ns);
   void open_generation(const std::string& name, const struct stat& st, std::uint64_t now_ns);
   void sweep_temporary(const std::string& name, std::uint64_t now_ns);
-  // One declaration per family: among the held generations that export a family, the newest live one's
-  // declaration (type, gauge mode, buckets) wins; ties go to the later start, then the smaller segment
-  // name, then the larger generation nonce, so the outcome does not depend on the order in which
-  // segments were opened. The scheduler snapshot's families keep their fixed declaration while a held
-  // generation reports a snapshot. Series of a losing declaration are left out (RankSegment::
-  // series_left_out), and so are the retired totals' series of a family a held generation declares
-  // otherwise. Declarations are recomputed from what is held, so one is forgotten as soon as no held
-  // generation (nor the retired totals) carries it. Cheap when nothing changed. `pending`: a generation
-  // being opened, not tracked yet.
+  // Resolves the declarations of every held generation and `pending` (one being opened, not tracked
+  // yet): FamilyDeclarations, which marks the losing series left out.
   void resolve_declarations(RankSegment* pending = nullptr);
-  // Logs the retired declarations that a fold replaced (RetiredTotals::take_replaced).
-  void note_replaced_declarations();
   // Moves a generation that can count no more into the retired totals (see RetiredTotals::fold); saved by
   // the next persist_retired().
   void fold(RankSegment& segment, std::uint64_t now_ns);
@@ -268,16 +249,7 @@ class SegmentRegistry {
   RetiredTotals& retired_;
   std::map<std::string, Tracked> tracked_;
   std::map<std::string, Rejected> rejected_;
-  // The scheduler snapshot's families and their fixed declarations.
-  std::map<std::string, FamilyDeclaration> snapshot_declarations_;
-  // What resolve_declarations last resolved: per held generation (address, nonce, series, live, snapshot
-  // present), and the retired totals' declarations_version().
-  std::vector<std::tuple<const RankSegment*, std::uint64_t, std::size_t, bool, bool>> resolved_inputs_;
-  std::uint64_t resolved_retired_version_ = ~0ull;
-  std::set<std::string> retired_left_out_;
-  // Conflicts logged and counted, as (family, segment name, generation nonce); the retired totals are
-  // ("", 0). Kept while the conflict lasts, so each is reported once.
-  std::set<std::tuple<std::string, std::string, std::uint64_t>> reported_conflicts_;
+  FamilyDeclarations declarations_;
   RegistryCounters counters_;
   LogLimiter log_limiter_{50, 1'000'000'000ull};
   // Generations found on disk that the retired totals already hold (skipped, never counted twice).
@@ -291,10 +263,9 @@ class SegmentRegistry {
   struct HeldCheckpoint {
     RetiredTotals::LiveCheckpoint checkpoint;
     CumulativeLabels labels;
-    std::uint64_t resolution = 0;  // the resolution_version_ its totals were built under
+    std::uint64_t resolution = 0;  // the declarations' version() its totals were built under
   };
   std::map<RetiredTotals::GenerationKey, HeldCheckpoint> checkpoints_;
-  std::uint64_t resolution_version_ = 0;  // changes whenever resolve_declarations recomputes
   // The inputs of the last checkpoint written (see save_checkpoints): while none changed, the file
   // already says exactly what a new one would, and nothing is serialized or written.
   bool checkpoint_current_ = false;

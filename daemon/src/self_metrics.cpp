@@ -135,11 +135,11 @@ std::vector<prometheus::MetricFamily> SelfMetrics::collect(const SegmentRegistry
     add_sample(rejected, {{"reason", std::string(shm::reject_reason_name(reason))}},
                static_cast<double>(c.rejected_by_reason[static_cast<std::size_t>(i)]));
   }
-  add_sample(rejected, {{"reason", "not_regular_file"}}, static_cast<double>(c.rejected_not_regular));
-  add_sample(rejected, {{"reason", "world_writable"}}, static_cast<double>(c.rejected_world_writable));
-  add_sample(rejected, {{"reason", "unexpected_owner"}}, static_cast<double>(c.rejected_unexpected_owner));
+  for (std::size_t i = 0; i < shm::kTrustRefusalCount; ++i) {
+    add_sample(rejected, {{"reason", std::string(shm::kTrustRefusalNames[i])}},
+               static_cast<double>(c.rejected_untrusted[i]));
+  }
   add_sample(rejected, {{"reason", "hard_link"}}, static_cast<double>(c.rejected_hard_link));
-  add_sample(rejected, {{"reason", "instance_mismatch"}}, static_cast<double>(c.rejected_instance_mismatch));
   // Segment-side families of issue 12 (fd pressure, trust re-checks, limits); pushed after the fixed ones.
   std::vector<prometheus::MetricFamily> segment_side;
   auto counter = [&](const char* name, const char* help, std::uint64_t value) {

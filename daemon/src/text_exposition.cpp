@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "rankstat/shmproto/cumulative.hpp"
+
 namespace rankstat::exposition {
 namespace {
 
@@ -39,7 +41,157 @@ void append_tail(std::string& out, const ClientMetric& metric) {
   out.push_back('\n');
 }
 
+// A character of the classic set at (byte) position `index`: [a-zA-Z_] (and `:` in a metric name), a
+// digit anywhere but first.
+bool classic_char(char32_t c, std::size_t index, bool metric) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (metric && c == ':') ||
+         (index > 0 && c >= '0' && c <= '9');
+}
+
+constexpr char32_t kReplacement = 0xFFFD;
+
+// The code point at `at` in `text`, advancing `at` past it. Names are checked UTF-8 before they get
+// here (shm::is_valid_metric_name); should a byte not be, it is one U+FFFD, so the output stays UTF-8.
+char32_t next_code_point(std::string_view text, std::size_t& at) {
+  const auto lead = static_cast<unsigned char>(text[at]);
+  const std::size_t length = shm::utf8_sequence_length(lead);
+  if (length == 0 || at + length > text.size() || !shm::is_valid_utf8(text.substr(at, length))) {
+    ++at;
+    return kReplacement;
+  }
+  char32_t code = length == 1 ? lead : lead & (0x7Fu >> length);
+  for (std::size_t i = 1; i < length; ++i)
+    code = (code << 6) | (static_cast<unsigned char>(text[at + i]) & 0x3Fu);
+  at += length;
+  return code;
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out.push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else if (c < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+  }
+}
+
+// A name that is not classic, under kUnderscores, kDots or kValues (the result is classic).
+void append_escaped_name(std::string& out, std::string_view name, bool metric, Escaping escaping) {
+  if (escaping == Escaping::kValues) out.append("U__");
+  for (std::size_t at = 0; at < name.size();) {
+    const std::size_t index = at;
+    const char32_t c = next_code_point(name, at);
+    if (escaping == Escaping::kUnderscores) {
+      out.push_back(classic_char(c, index, metric) ? static_cast<char>(c) : '_');
+    } else if (c == '_') {
+      out.append("__");
+    } else if (escaping == Escaping::kDots && c == '.') {
+      out.append("_dot_");
+    } else if (classic_char(c, index, metric)) {
+      out.push_back(static_cast<char>(c));
+    } else if (escaping == Escaping::kDots) {
+      out.append("__");
+    } else {
+      char hex[16];
+      const auto r = std::to_chars(hex, hex + sizeof hex, static_cast<std::uint32_t>(c), 16);
+      out.push_back('_');
+      out.append(hex, r.ptr);
+      out.push_back('_');
+    }
+  }
+}
+
+// Under kAllowUtf8: the name inside double quotes, \, " and newline backslash-escaped.
+void append_quoted_name(std::string& out, std::string_view name, std::string_view suffix) {
+  out.push_back('"');
+  for (std::size_t at = 0; at < name.size();) {
+    const char32_t c = next_code_point(name, at);
+    if (c == '\\' || c == '"') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out.append("\\n");
+    } else {
+      append_utf8(out, c);
+    }
+  }
+  out.append(suffix);
+  out.push_back('"');
+}
+
 }  // namespace
+
+std::string_view escaping_name(Escaping escaping) {
+  switch (escaping) {
+    case Escaping::kAllowUtf8:
+      return "allow-utf-8";
+    case Escaping::kDots:
+      return "dots";
+    case Escaping::kValues:
+      return "values";
+    case Escaping::kUnderscores:
+      break;
+  }
+  return "underscores";
+}
+
+Escaping negotiate_escaping(std::string_view accept) {
+  const auto trim = [](std::string_view text) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+    return text;
+  };
+  // Media ranges are separated by commas, parameters by semicolons; a quoted value is not expected here
+  // (none of the four holds a comma or a semicolon).
+  while (!accept.empty()) {
+    const std::size_t comma = accept.find(',');
+    std::string_view range = accept.substr(0, comma);
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    for (std::size_t semicolon = range.find(';'); semicolon != std::string_view::npos;
+         semicolon = range.find(';')) {
+      range.remove_prefix(semicolon + 1);
+      const std::string_view parameter = trim(range.substr(0, range.find(';')));
+      const std::size_t equals = parameter.find('=');
+      if (equals == std::string_view::npos || trim(parameter.substr(0, equals)) != "escaping") continue;
+      const std::string_view value = trim(parameter.substr(equals + 1));
+      for (const Escaping e : {Escaping::kAllowUtf8, Escaping::kDots, Escaping::kValues}) {
+        if (value == escaping_name(e)) return e;
+      }
+      return Escaping::kUnderscores;
+    }
+  }
+  return Escaping::kUnderscores;
+}
+
+void append_metric_name(std::string& out, std::string_view name, std::string_view suffix, Escaping escaping) {
+  if (shm::is_classic_metric_name(name)) {
+    out.append(name).append(suffix);
+  } else if (escaping == Escaping::kAllowUtf8) {
+    append_quoted_name(out, name, suffix);
+  } else {
+    append_escaped_name(out, name, true, escaping);
+    out.append(suffix);
+  }
+}
+
+void append_label_name(std::string& out, std::string_view name, Escaping escaping) {
+  if (shm::is_classic_label_name(name)) {
+    out.append(name);
+  } else if (escaping == Escaping::kAllowUtf8) {
+    append_quoted_name(out, name, {});
+  } else {
+    append_escaped_name(out, name, false, escaping);
+  }
+}
 
 void append_value(std::string& out, double value) {
   if (std::isnan(value)) {
@@ -155,9 +307,11 @@ void append_label_value(std::string& out, std::string_view value) {
 }
 
 void append_family_header(std::string& out, std::string_view name, std::string_view help, MetricType type,
-                          Dialect dialect) {
+                          Dialect dialect, Escaping escaping) {
   if (dialect == Dialect::kPrometheusClient) {
-    out.append("# HELP ").append(name).push_back(' ');
+    out.append("# HELP ");
+    append_metric_name(out, name, {}, escaping);
+    out.push_back(' ');
     for (const char c : help) {
       if (c == '\\') {
         out.append("\\\\");
@@ -169,25 +323,33 @@ void append_family_header(std::string& out, std::string_view name, std::string_v
     }
     out.push_back('\n');
   } else if (!help.empty()) {
-    out.append("# HELP ").append(name).push_back(' ');
+    out.append("# HELP ");
+    append_metric_name(out, name, {}, escaping);
+    out.push_back(' ');
     out.append(help).push_back('\n');
   }
-  out.append("# TYPE ").append(name).push_back(' ');
+  out.append("# TYPE ");
+  append_metric_name(out, name, {}, escaping);
+  out.push_back(' ');
   out.append(type_name(type)).push_back('\n');
 }
 
 void append_head(std::string& out, std::string_view name, std::string_view suffix,
                  const std::vector<ClientMetric::Label>& labels, std::string_view extra_name,
-                 std::string_view extra_value_text, Dialect dialect) {
-  out.append(name).append(suffix);
+                 std::string_view extra_value_text, Dialect dialect, Escaping escaping) {
+  // Under allow-utf-8 a name that is not classic goes inside the braces, first, quoted.
+  const bool name_inside = escaping == Escaping::kAllowUtf8 && !shm::is_classic_metric_name(name);
+  if (name_inside) out.push_back('{');
+  append_metric_name(out, name, suffix, escaping);
   if (!labels.empty() || !extra_name.empty()) {
-    out.push_back('{');
+    out.push_back(name_inside ? ',' : '{');
     bool first = true;
     bool extra_written = extra_name.empty();
     const auto put = [&](std::string_view label_name, std::string_view value) {
       if (!first) out.push_back(',');
       first = false;
-      out.append(label_name).append("=\"");
+      append_label_name(out, label_name, escaping);
+      out.append("=\"");
       append_label_value(out, value);
       out.push_back('"');
     };
@@ -200,11 +362,13 @@ void append_head(std::string& out, std::string_view name, std::string_view suffi
     }
     if (!extra_written) put(extra_name, extra_value_text);
     out.push_back('}');
+  } else if (name_inside) {
+    out.push_back('}');
   }
   out.push_back(' ');
 }
 
-void append_family(std::string& out, const MetricFamily& family, Dialect dialect) {
+void append_family(std::string& out, const MetricFamily& family, Dialect dialect, Escaping escaping) {
   const bool client = dialect == Dialect::kPrometheusClient;
   const auto value = [&](double v) { client ? append_client_value(out, v) : append_value(out, v); };
   const auto count = [&](std::uint64_t c) {
@@ -215,7 +379,7 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
     client ? append_client_value(text, b) : append_value(text, b);
     return text;
   };
-  append_family_header(out, family.name, family.help, family.type, dialect);
+  append_family_header(out, family.name, family.help, family.type, dialect, escaping);
   std::vector<ClientMetric::Label> sorted;
   const auto sort_labels = [&sorted](const ClientMetric& m) {
     sorted = m.label;
@@ -226,7 +390,7 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
     // series' buckets and _count.
     for (const ClientMetric& m : family.metric) {
       sort_labels(m);
-      append_head(out, family.name, "_sum", sorted, {}, {}, dialect);
+      append_head(out, family.name, "_sum", sorted, {}, {}, dialect, escaping);
       value(m.histogram.sample_sum);
       append_tail(out, m);
     }
@@ -239,7 +403,7 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
     }
     const auto head = [&](std::string_view suffix, std::string_view extra_name = {},
                           std::string_view extra_value = {}) {
-      append_head(out, family.name, suffix, *labels, extra_name, extra_value, dialect);
+      append_head(out, family.name, suffix, *labels, extra_name, extra_value, dialect, escaping);
     };
     switch (family.type) {
       case MetricType::Counter:
@@ -302,13 +466,14 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
   }
 }
 
-void append_families(std::string& out, const std::vector<MetricFamily>& families, Dialect dialect) {
-  for (const MetricFamily& family : families) append_family(out, family, dialect);
+void append_families(std::string& out, const std::vector<MetricFamily>& families, Dialect dialect,
+                     Escaping escaping) {
+  for (const MetricFamily& family : families) append_family(out, family, dialect, escaping);
 }
 
-std::string serialize(const std::vector<MetricFamily>& families, Dialect dialect) {
+std::string serialize(const std::vector<MetricFamily>& families, Dialect dialect, Escaping escaping) {
   std::string out;
-  append_families(out, families, dialect);
+  append_families(out, families, dialect, escaping);
   return out;
 }
 

@@ -1,17 +1,42 @@
 """The Python package's copy of the C ABI's constants (rankstat/_native.py) against rankstat.h, the header
-it binds to: every RANKSTAT_* value the header defines has a Python twin of the same value. (rankstat.h
+it binds to: every RANKSTAT_* value the header defines has a Python twin of the same value, and every
+other module takes them from rankstat._native (C header -> _native -> everyone else), the extension from
+rankstat.h itself. The ctypes structures are checked against the header's structs field by field. (rankstat.h
 is checked against the shared-memory contract's enums by static_asserts in client/src/c_api.cpp, and the
 layout hash covers those enums' values, so a renumbering anywhere fails a build, this test or a load.)"""
+import ctypes
+import glob
 import os
 import re
 import subprocess
 import unittest
 
 import rankstat
-from rankstat import _native
+from rankstat import _accel, _native, _slowpath, metrics, reporter
 
 SOURCE = os.environ.get("RANKSTAT_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 HEADER = os.path.join(SOURCE, "client", "include", "rankstat", "rankstat.h")
+
+
+PACKAGE = os.path.dirname(os.path.abspath(rankstat.__file__))
+EXTENSION = os.path.join(SOURCE, "client", "pyext", "fastpath.c")
+
+
+def header_text():
+    with open(HEADER, encoding="utf-8") as f:
+        return f.read()
+
+
+def header_struct(name):
+    """The field names of `typedef struct <name> {...}` in rankstat.h, in order."""
+    body = re.search(r"typedef struct " + name + r" \{(.*?)\} " + name + ";", header_text(), re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = []
+    for declaration in body.split(";"):
+        parts = [part.strip() for part in declaration.split(",")]
+        if parts[0]:  # `int32_t tp_rank, pp_rank` declares two: the type goes with the first name only
+            fields.extend(name.split()[-1].lstrip("*") for name in parts)
+    return fields
 
 
 def header_constants():
@@ -40,6 +65,49 @@ class ContractConstants(unittest.TestCase):
     def test_the_gauge_modes_are_exactly_the_headers(self):
         modes = {n[len("MODE_"):].lower(): v for n, v in header_constants().items() if n.startswith("MODE_")}
         self.assertEqual(_native.GAUGE_MODES, modes)
+
+    def test_the_other_modules_take_the_kinds_and_modes_from_native(self):
+        for module in (_accel, _slowpath, metrics):
+            for name in ("KIND_COUNTER", "KIND_GAUGE", "KIND_HISTOGRAM", "KIND_SUMMARY"):
+                with self.subTest(module=module.__name__, name=name):
+                    self.assertIs(getattr(module, name), getattr(_native, name))
+        self.assertIs(metrics.MODES, _native.GAUGE_MODES)
+        self.assertIs(rankstat.ReportKind, _native.ReportKind)
+        self.assertIs(reporter.ReportKind, _native.ReportKind)
+        fast = _accel.fastpath_module()
+        if fast is not None:
+            for name in ("KIND_COUNTER", "KIND_GAUGE", "KIND_HISTOGRAM", "KIND_SUMMARY"):
+                self.assertEqual(getattr(fast, name), getattr(_native, name))
+
+    def test_report_kind_is_an_int_enum_of_the_headers_report_values(self):
+        constants = header_constants()
+        self.assertEqual({k.name: k.value for k in _native.ReportKind},
+                         {n[len("REPORT_"):]: v for n, v in constants.items() if n.startswith("REPORT_")})
+        self.assertEqual(_native.ReportKind.DECODE, 2)
+
+    def test_no_module_but_native_restates_a_header_value(self):
+        # A second definition is how they drift: KIND_X = 1, a mode table, an enum of kinds in the extension.
+        restated = re.compile(r"^(KIND_[A-Z]+|MODES|GAUGE_MODES|ERR_[A-Z_]+|REPORT_[A-Z]+|OP_[A-Z_]+)\s*=\s*"
+                              r"(\d|\{)|^KIND_[A-Z]+\s*,.*=\s*\d", re.M)
+        for path in glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True):
+            if os.path.basename(path) == "_native.py":
+                continue
+            with open(path, encoding="utf-8") as f:
+                found = restated.findall(f.read())
+            self.assertEqual(found, [], f"{path} restates a constant of rankstat.h: import it from rankstat._native")
+        with open(EXTENSION, encoding="utf-8") as f:
+            extension = f.read()
+        self.assertIn('#include "rankstat/rankstat.h"', extension)
+        self.assertNotRegex(extension, r"KIND_[A-Z]+\s*=\s*\d", "fastpath.c restates a kind: use RANKSTAT_KIND_*")
+
+    def test_the_ctypes_structures_have_the_headers_fields_in_order(self):
+        for struct, name in ((_native.Identity, "rankstat_identity"), (_native.Geometry, "rankstat_geometry"),
+                             (_native.Permissions, "rankstat_permissions"), (_native.SeriesSpec, "rankstat_series_spec")):
+            with self.subTest(struct=name):
+                self.assertEqual([f[0] for f in struct._fields_], header_struct(name))
+        # layout 3.0's text area: the last field of the geometry, after values_capacity.
+        self.assertEqual(_native.Geometry._fields_[-1], ("text_capacity", ctypes.c_uint32))
+        self.assertEqual(ctypes.sizeof(_native.Geometry), 32)
 
     def test_the_library_built_here_has_a_layout_hash_the_package_knows(self):
         _, layout = _native.load_library()

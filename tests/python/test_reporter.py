@@ -10,6 +10,9 @@ import unittest
 
 import rankstat
 from rankstat import _native as n
+from rankstat import backend
+
+from daemon_harness import Daemon, Exposition, wait_until
 
 from recording import RecordingReporter
 
@@ -45,6 +48,35 @@ class Library(unittest.TestCase):
         env = dict(os.environ, RANKSTAT_LIBRARY="/nonexistent/librankstat.so")
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
         self.assertIn("ERR RANKSTAT_LIBRARY=/nonexistent/librankstat.so cannot be loaded", out.stdout, out.stderr)
+
+    def test_the_library_and_the_extension_are_found_by_one_search_of_the_build_trees(self):
+        from rankstat import _accel, _find
+        import importlib.machinery
+        repo = tempfile.mkdtemp(prefix="rankstat-find-")
+        self.addCleanup(shutil.rmtree, repo, True)
+        suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+        made = {}
+        for age, build in enumerate(("older", "asan-ubsan", "newer")):
+            for kind, relative in (("lib", ("client", "librankstat.so")),
+                                   ("ext", ("client", "pyext", "rankstat", "_fastpath" + suffix))):
+                path = os.path.join(repo, "build", build, *relative)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "w").close()
+                os.utime(path, (1000 + age, 1000 + age))
+                made[kind, build] = path
+        saved = _find.REPO_DIR, os.environ.pop("RANKSTAT_LIBRARY", None), os.environ.pop("RANKSTAT_FASTPATH", None)
+        _find.REPO_DIR = repo
+        try:
+            libraries = [p for p in n.candidate_paths() if p.startswith(repo)]
+            extensions = [p for p in _accel.candidate_paths() if p.startswith(repo)]
+        finally:
+            _find.REPO_DIR = saved[0]
+            for variable, value in (("RANKSTAT_LIBRARY", saved[1]), ("RANKSTAT_FASTPATH", saved[2])):
+                if value is not None:
+                    os.environ[variable] = value
+        # Newest build first, the sanitizer build skipped, in both searches.
+        self.assertEqual(libraries, [made["lib", "newer"], made["lib", "older"]])
+        self.assertEqual(extensions, [made["ext", "newer"], made["ext", "older"]])
 
     def test_a_reporter_without_a_library_is_a_quiet_no_op(self):
         code = ("import rankstat\n"
@@ -102,25 +134,87 @@ class Segments(unittest.TestCase):
         with self.assertRaises(rankstat.RankstatError):
             rankstat.Reporter(role="tokenizer", instance="bad name", shm_dir=self.dir, strict=True)
 
-    def test_families_register_children_once_and_updates_reach_the_library(self):
+    def test_families_are_the_metric_classes_bound_to_the_reporters_own_segment(self):
         with rankstat.Reporter(role="other", instance="pytest", shm_dir=self.dir, strict=True) as r:
-            c = r.counter("app:requests_total", labelnames=["code"])
+            c = r.counter("app:requests_total", "Requests.", labelnames=["code"])
+            self.assertIs(type(c), rankstat.Counter)
             self.assertIs(c.labels(code="200"), c.labels("200"))
             c.labels(code="200").inc(2)
-            g = r.gauge("app:queue", multiprocess_mode="livesum")
+            self.assertEqual(c.labels(code="200")._value.get(), 2.0)  # read back from this Reporter's segment
+            g = r.gauge("app:queue", "Queue.", multiprocess_mode="livesum")
+            self.assertIs(type(g), rankstat.Gauge)
             g.set(3)
-            h = r.histogram("app:latency_seconds", buckets=[0.1, 1])
+            g.inc()
+            self.assertEqual(g._value.get(), 4.0)
+            h = r.histogram("app:latency_seconds", "Latency.", buckets=[0.1, 1])
             h.observe(0.5)
-            h.labels().observe_many(0.05, 4, 0.2)
-            with self.assertRaises(ValueError):
+            h._buckets[1].inc(3)
+            self.assertEqual([b.get() for b in h._buckets], [0.0, 4.0, 0.0])
+            s = r.summary("app:size_bytes", "Size.")
+            s.observe(10)
+            self.assertEqual((s._count.get(), s._sum.get()), (1.0, 10.0))
+            with self.assertRaisesRegex(ValueError, "missing label values"):
                 c.inc()  # labelled family: needs .labels()
             with self.assertRaises(ValueError):
                 c.labels(code="200").inc(-1)
             with self.assertRaises(ValueError):
                 r.gauge("app:other", multiprocess_mode="nope")
+            with self.assertRaisesRegex(RuntimeError, "mostrecent"):
+                r.gauge("app:last", "Last value.").inc()  # the Reporter's default mode is the last value set
             self.assertIs(r.counter("app:requests_total", labelnames=["code"]), c)
             with self.assertRaises(ValueError):
                 r.gauge("app:requests_total")
+            # Bound to this segment, registered in no collector registry: another Reporter may have a family
+            # of the same name, and the process's own metric classes are untouched.
+            self.assertIsNot(c._segment, backend.segment())
+            with rankstat.Reporter(role="other", instance="pytest", rank_key="second", shm_dir=self.dir,
+                                   strict=True) as second:
+                second.counter("app:requests_total", "Requests.", labelnames=["code"]).labels("200").inc()
+            child = c.labels(code="200")
+        # Closed: every child of its families is a no-op, a new one too.
+        child.inc()
+        c.labels(code="500").inc()
+        self.assertEqual(child._value.get(), 0.0)
+
+    def test_a_forked_child_writes_nothing_into_the_parents_segment_through_a_family(self):
+        with rankstat.Reporter(role="other", instance="pytest", shm_dir=self.dir, strict=True) as r:
+            counter = r.counter("app:forked_total", "Forked.")
+            counter.inc(1)
+            pid = os.fork()
+            if pid == 0:  # the child: the Reporter and its families are closed no-ops here
+                code = 1
+                try:
+                    counter.inc(5)
+                    r.counter("app:new_total", "New.").inc()
+                    code = 0 if counter._value.get() == 0.0 else 3
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+            self.assertEqual(counter._value.get(), 1.0)
+            self.assertTrue(r.is_open)
+
+    @unittest.skipUnless(os.environ.get("RANKSTAT_DAEMON"), "needs RANKSTAT_DAEMON (set by CTest)")
+    def test_rankstatd_serves_a_reporters_families_with_their_help_and_identity_labels(self):
+        files = shm_tempdir()
+        self.addCleanup(shutil.rmtree, files, True)
+        daemon = Daemon(self.dir, files)
+        self.addCleanup(daemon.child.kill)
+        with rankstat.Reporter(role="scheduler", instance="pytest", model_name="m", tp_rank=0, shm_dir=self.dir,
+                               strict=True) as r:
+            r.counter("app:steps_total", "Scheduler steps.").inc(3)
+            r.gauge("app:own", "Own labels only.", ["path"], identity_labels=False).labels("/x").set(2)
+            box = {}
+
+            def served():
+                box["e"] = Exposition(daemon.scrape())
+                return box["e"].value("app:own", path="/x") == 2.0
+            self.assertTrue(wait_until(served, 15), box["e"].text if "e" in box else "no scrape")
+            e = box["e"]
+            self.assertIn("# HELP app:steps_total Scheduler steps.", e.text)
+            self.assertIn("# HELP app:own Own labels only.", e.text)
+            self.assertEqual(e.value("app:steps_total", model_name="m", tp_rank="0"), 3.0)
+            self.assertEqual([labels for name, labels, _ in e.samples if name == "app:own"], [{"path": "/x"}])
 
     def test_a_batch_flushes_itself_when_full_and_on_exit(self):
         with rankstat.Reporter(role="other", instance="pytest", shm_dir=self.dir, strict=True) as r:

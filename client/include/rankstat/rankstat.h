@@ -66,7 +66,8 @@ typedef struct rankstat_reporter rankstat_reporter;
 typedef struct rankstat_identity {
   uint32_t struct_size;
   uint32_t role;           /* RANKSTAT_ROLE_* */
-  const char* instance;    /* engine instance id, [A-Za-z0-9_-]{1,47}; default "default" */
+  const char* instance;    /* engine instance id, [A-Za-z0-9_-]{1,47}; NULL or "": $RANKSTAT_INSTANCE,
+                              else "default" */
   const char* rank_key;    /* segment name suffix; default derived from the ranks (or pid) */
   const char* model_name;  /* served_model_name */
   const char* engine_type; /* "unified", "prefill", "decode"; default "unified" */
@@ -137,6 +138,15 @@ const char* rankstat_last_error(void);
  * reporter is closed. NULL gives "". */
 const char* rankstat_segment_note(const rankstat_reporter* reporter);
 
+/* The labels the daemon gives every identity-labelled series of this reporter's segment, as its header
+ * carries them: model_name, engine_type, then for schedulers tp_rank, pp_rank, moe_ep_rank, priority ("")
+ * with RANKSTAT_FLAG_PRIORITY_SCHEDULING, dp_rank for a scheduler whose dp_rank is set; then the extra
+ * labels. A binding that leaves series labels equal to these to the daemon reads them here rather than
+ * repeating the rule. `index` is 0-based; the strings are valid until the reporter is closed.
+ * RANKSTAT_ERR_INVALID_ARGUMENT past the last label, RANKSTAT_ERR_CLOSED for a NULL reporter. */
+int rankstat_identity_label(const rankstat_reporter* reporter, uint32_t index, const char** name,
+                            const char** value);
+
 /* Publishes one scheduler snapshot: `snapshot` points at a SchedulerSnapshot (layout in
  * shmproto/scheduler_snapshot.hpp, sizes and offsets from rankstat_scheduler_field), followed in the
  * record by `priority_count` 16-byte PriorityCount entries from `priorities`. */
@@ -189,8 +199,10 @@ int rankstat_histogram_observe_many(rankstat_reporter* reporter, uint32_t id, do
  * with its _total suffix, a histogram's without _bucket), any length; `help` is the HELP text (any UTF-8
  * of any length, NULL = none; the daemon escapes it); label values are any UTF-8 of any length (with
  * RANKSTAT_SERIES_TEXT_LENGTHS, NUL included; without it each text ends at its first NUL). The segment's
- * text area is the only bound on lengths. Label names must be valid Prometheus names, unique, not
- * `__`-prefixed, and not `le` (histograms) or `quantile` (summaries). Histogram bounds are the finite
+ * text area is the only bound on lengths. The family name and label names are any non-empty UTF-8
+ * without NUL (as prometheus_client 0.22+ accepts them; rankstatd escapes or quotes names outside the
+ * classic set as the scraper asks); label names unique, not `__`-prefixed, and not `le` (histograms) or
+ * `quantile` (summaries). Histogram bounds are the finite
  * upper bounds, strictly increasing (+Inf is implicit). The fields from family_length on were appended
  * with layout 3.0; a caller built against the older header passes the smaller struct_size and
  * NUL-terminated texts, and keeps working. */

@@ -35,7 +35,13 @@ enum class Status : int {
 std::string_view status_name(Status status) noexcept;
 
 struct ReporterOptions {
-  shm::SegmentIdentity identity;
+  // Its instance starts empty: open() takes default_instance() for an empty instance, so every client
+  // (C++, the C ABI, Python) resolves $RANKSTAT_INSTANCE the same way, here.
+  shm::SegmentIdentity identity = [] {
+    shm::SegmentIdentity unset;
+    unset.instance.clear();
+    return unset;
+  }();
   std::string shm_dir;  // empty: $RANKSTAT_SHM_DIR, else /dev/shm
   shm::SegmentGeometry geometry;
   // Segment file mode: 0660 when the daemon runs as another user in the segment's group (it writes
@@ -50,6 +56,9 @@ struct ReporterOptions {
 
 // The shm directory to use when none is configured: $RANKSTAT_SHM_DIR, else /dev/shm.
 std::string default_shm_dir();
+// The instance id to use when none is given: $RANKSTAT_INSTANCE when set and non-empty, else "default"
+// (shm::SegmentIdentity's). Not checked here: create_segment refuses an invalid id, naming it.
+std::string default_instance();
 
 class Reporter {
  public:
@@ -100,6 +109,9 @@ class Reporter {
     std::span<const double> bounds;
   };
   Status register_series(const SeriesSpec& spec, std::uint32_t& id) noexcept;
+  // Why the last registration returned kInvalidArgument for its series (shm::check_series: its name,
+  // labels, help, kind, mode or bounds); refusal kNone otherwise.
+  const shm::SeriesCheck& last_refusal() const noexcept { return cumulative_.last_refusal(); }
 
   Status counter_add(std::uint32_t id, double delta) noexcept;
   // prometheus_client's Counter.reset(): this writer's total of the series back to 0.
@@ -118,6 +130,10 @@ class Reporter {
   // What this writer last stored: counter total, gauge value, histogram/summary sum; a bucket's count.
   Status series_value(std::uint32_t id, double& value) const noexcept;
   Status histogram_bucket(std::uint32_t id, std::uint32_t bucket, std::uint64_t& count) const noexcept;
+
+  // The labels the daemon gives every identity-labelled series of this segment: the identity labels its
+  // header carries (shm::for_each_identity_label), then its extra labels. Empty when closed.
+  shm::LabelPairs identity_labels() const;
 
   std::uint64_t dropped_records() const noexcept { return ring_.dropped_records(); }
   std::uint64_t records_written() const noexcept { return ring_.records_written(); }

@@ -11,9 +11,11 @@ prometheus_client's interface, one segment per process (what engines' collector 
 SGLang: rankstat.sglang.stat_loggers() (collector subclasses for ServerArgs.stat_loggers) or
 rankstat.sglang.install() (any SGLang version); see docs/sglang.md.
 
-The typed fast path (any engine, one C call per scheduler report):
+A segment of one's own (any engine): a Reporter, whose families are the same classes bound to its
+segment, and the typed fast path (one C call per scheduler report):
 
     r = rankstat.Reporter(role="scheduler", instance="prod-a", model_name="m", tp_rank=0)
+    r.counter("myengine:steps_total", "Scheduler steps").inc()
     packer = r.snapshot_packer()          # SGLang's SchedulerStats fields
     packer.send([... one value per packer.field_names ...], kind=rankstat.ReportKind.DECODE)
 
@@ -24,7 +26,9 @@ or the system loader; no compile step.
 from ._native import (KNOWN_LAYOUT_HASHES, LAYOUT_MAJOR, RankstatError, RankstatLayoutError, RankstatLibraryError,
                       library_path, load_library)
 from .metrics import Counter, Gauge, Histogram, Summary
-from .reporter import ReportKind, Reporter, SnapshotPacker, UpdateBatch, null_reporter
+from ._native import ReportKind
+from .reporter import Reporter, null_reporter
+from .snapshot import SnapshotPacker, UpdateBatch
 
 from ._version import __version__
 

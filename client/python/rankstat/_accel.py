@@ -17,21 +17,22 @@ Where the extension comes from, in order (RANKSTAT_NO_FASTPATH=1 skips them all)
   2. the file named by $RANKSTAT_FASTPATH (CTest sets it to the extension of the build under test);
   3. rankstat/_fastpath*.so under any sys.path entry (PYTHONPATH=<build>/client/pyext);
   4. a build tree around the package: <repo>/build/*/client/pyext/rankstat/_fastpath*.so, newest first,
-     sanitizer builds skipped (like _native.py finds librankstat.so).
+     sanitizer builds skipped (rankstat._find: the search _native.py finds librankstat.so with).
+The series kinds (KIND_*) are rankstat._native's, re-exported.
 FAST says which one is in use; FASTPATH_PATH where the extension came from, FASTPATH_ERROR why it is not
 used.
 """
 
 from __future__ import annotations
 
-import glob
 import importlib.machinery
 import importlib.util
 import os
 import sys
 from typing import Any, List, Optional
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
+from . import _find
+from ._native import KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_SUMMARY
 _MODULE = __package__ + "._fastpath" if __package__ else "rankstat._fastpath"
 
 
@@ -40,33 +41,11 @@ def _disabled() -> bool:
 
 
 def candidate_paths() -> List[str]:
-    """Extension files _accel tries after the in-package import, in order."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-
-    def modules_in(directory: str) -> List[str]:
-        found = []
-        for suffix in suffixes:
-            found.extend(glob.glob(os.path.join(directory, "_fastpath" + suffix)))
-        return found
-
-    out: List[str] = []
-    env = os.environ.get("RANKSTAT_FASTPATH")
-    if env:
-        out.append(env)
-    for entry in sys.path:
-        directory = os.path.join(os.path.abspath(entry or "."), "rankstat")
-        if os.path.abspath(directory) != _HERE:
-            out.extend(modules_in(directory))
-    # <repo>/client/python/rankstat -> <repo>
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
-    built = []
-    for build in glob.glob(os.path.join(repo, "build", "*")):
-        if "san" in os.path.basename(build):  # asan-ubsan, tsan: not loadable into a plain interpreter
-            continue
-        built.extend(modules_in(os.path.join(build, "client", "pyext", "rankstat")))
-    built.sort(key=os.path.getmtime, reverse=True)
-    out.extend(p for p in built if p not in out)
-    return out
+    """Extension files _accel tries after the in-package import, in order (rankstat._find's search, the one
+    the library's loader uses too)."""
+    names = ["_fastpath" + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    return _find.candidate_paths("RANKSTAT_FASTPATH", under_sys_path=names,
+                                 in_build=[os.path.join("client", "pyext", "rankstat", name) for name in names])
 
 
 def _load_file(path: str):
@@ -124,11 +103,6 @@ Cell: Any = _impl.Cell
 bind = _impl.bind
 bound = _impl.bound
 implementation = _impl  # the module in use: rankstat._fastpath or rankstat._slowpath
-
-KIND_COUNTER = 1
-KIND_GAUGE = 2
-KIND_HISTOGRAM = 3
-KIND_SUMMARY = 4
 
 __all__ = ["Cell", "FAST", "FASTPATH_ERROR", "FASTPATH_PATH", "Family", "KIND_COUNTER", "KIND_GAUGE", "KIND_HISTOGRAM",
            "KIND_SUMMARY", "Value", "bind", "bound", "implementation"]

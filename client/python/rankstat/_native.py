@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
+import enum
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Tuple
+
+from . import _find
 
 # The contract this package packs: layout major 3 (declared series, length-delimited texts), and the
 # layout hashes it has been checked against (tests/python checks that the library built from this tree is
@@ -64,15 +66,29 @@ FLAG_PRIORITY_SCHEDULING = 1
 FLAG_ALL_SCHEDULERS_METRICS = 2
 FLAG_DP_ATTENTION = 4
 
-GAUGE_MODES = {
+# Gauge aggregation modes (RANKSTAT_MODE_*), under prometheus_client's multiprocess_mode names.
+GaugeMode = Literal["all", "liveall", "sum", "livesum", "min", "livemin", "max", "livemax", "mostrecent",
+                    "livemostrecent"]
+GAUGE_MODES: Dict[str, int] = {
     "all": 0, "liveall": 1, "sum": 2, "livesum": 3, "min": 4, "livemin": 5, "max": 6, "livemax": 7,
     "mostrecent": 8, "livemostrecent": 9,
 }
+# The modes whose gauge is a last value: inc()/dec() are refused there, as prometheus_client refuses them.
+MOST_RECENT_MODES = frozenset({"mostrecent", "livemostrecent"})
 
 REPORT_UNSPECIFIED = 0
 REPORT_PREFILL = 1
 REPORT_DECODE = 2
 REPORT_IDLE = 3
+
+
+class ReportKind(enum.IntEnum):
+    """report_kind of a scheduler snapshot (RANKSTAT_REPORT_*): which derived values the report owns."""
+
+    UNSPECIFIED = REPORT_UNSPECIFIED  #: every value is taken as given
+    PREFILL = REPORT_PREFILL  #: owns cache_hit_rate; gen_throughput keeps the last decode value
+    DECODE = REPORT_DECODE  #: owns gen_throughput; cache_hit_rate keeps the last prefill value
+    IDLE = REPORT_IDLE  #: an idle refresh: gen_throughput falls to 0
 
 GROUP_LORA = 0x1
 GROUP_HICACHE = 0x2
@@ -95,13 +111,15 @@ OP_HISTOGRAM_OBSERVE = 3
 
 SERIES_WITHOUT_IDENTITY_LABELS = 1  # kSeriesWithoutIdentityLabels: only the series' own labels
 
-# Declared series (rankstat_register_series).
+# Declared series (rankstat_register_series): the series kinds every module of the package (and the C
+# extension, through rankstat.h) uses; nothing else restates them.
 KIND_COUNTER = 1
 KIND_GAUGE = 2
 KIND_HISTOGRAM = 3
 KIND_SUMMARY = 4
 SERIES_OWN_LABELS_ONLY = 1
 SERIES_TEXT_LENGTHS = 2  # every text of the spec is given by its length: NUL bytes pass through
+KIND_NAMES = {KIND_COUNTER: "counter", KIND_GAUGE: "gauge", KIND_HISTOGRAM: "histogram", KIND_SUMMARY: "summary"}
 
 
 class RankstatError(RuntimeError):
@@ -146,12 +164,16 @@ class Identity(ctypes.Structure):
 
 
 class Geometry(ctypes.Structure):
+    """rankstat_geometry: the segment's capacities; zero fields take the library's defaults."""
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("series_capacity", ctypes.c_uint32),
         ("ring_bytes", ctypes.c_uint64),
         ("bounds_capacity", ctypes.c_uint32),
         ("values_capacity", ctypes.c_uint32),
+        # Appended with layout 3.0: bytes of the text area (family names, label lists, help texts);
+        # 0 gives the library's default per series.
+        ("text_capacity", ctypes.c_uint32),
     ]
 
 
@@ -279,6 +301,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rankstat_routing_key_bounds": (c_int, [ctypes.POINTER(ctypes.POINTER(c_double)), u32p]),
         "rankstat_priority_count_bytes": (c_uint32, []),
         "rankstat_max_priority_counts": (c_uint32, []),
+        "rankstat_identity_label": (c_int, [c_void_p, c_uint32, ctypes.POINTER(ctypes.c_char_p),
+                                            ctypes.POINTER(ctypes.c_char_p)]),
     }
     # Declared series (layout 2): a library without them still serves the typed snapshot path, so their
     # absence is reported by has_declared_series() instead of failing the load.
@@ -352,22 +376,10 @@ def _read_layout(lib: ctypes.CDLL) -> Layout:
 
 
 def candidate_paths() -> List[str]:
-    """Where load_library() looks, in order (the system loader is tried last, by name)."""
-    out: List[str] = []
-    env = os.environ.get("RANKSTAT_LIBRARY")
-    if env:
-        out.append(env)
-    here = os.path.dirname(os.path.abspath(__file__))
-    out.extend(sorted(glob.glob(os.path.join(here, "librankstat.so*"))))
-    # <repo>/client/python/rankstat -> <repo>
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
-    built = glob.glob(os.path.join(repo, "build", "*", "client", "librankstat.so"))
-    # A sanitizer build cannot be loaded into a plain interpreter (its runtime must come first): skip
-    # those unless named through RANKSTAT_LIBRARY. Otherwise the newest build wins.
-    built = [p for p in built if "san" not in os.path.basename(os.path.dirname(os.path.dirname(p)))]
-    built.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    out.extend(built)
-    return out
+    """Where load_library() looks, in order (the system loader is tried last, by name): rankstat._find's
+    search, the one the extension's loader uses too."""
+    return _find.candidate_paths("RANKSTAT_LIBRARY", in_package=["librankstat.so*"],
+                                 in_build=[os.path.join("client", "librankstat.so")])
 
 
 _lock = threading.Lock()

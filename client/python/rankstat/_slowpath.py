@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import operator
-import re
 from typing import Any, Dict, Tuple
 
-KIND_COUNTER = 1
-KIND_GAUGE = 2
-KIND_HISTOGRAM = 3
-KIND_SUMMARY = 4
+from . import _names
 
-_KIND_NAMES = {KIND_COUNTER: "counter", KIND_GAUGE: "gauge", KIND_HISTOGRAM: "histogram", KIND_SUMMARY: "summary"}
+# The series kinds are the C ABI's (rankstat._native, from rankstat.h), imported once: the per-call code
+# compares plain module-level ints.
+from ._native import KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_NAMES as _KIND_NAMES, KIND_SUMMARY
+
 _NAMES = ("rankstat_counter_add", "rankstat_gauge_set", "rankstat_gauge_add", "rankstat_histogram_observe",
           "rankstat_histogram_bucket_add", "rankstat_histogram_add_sum")
 # Later than the others: a library without them still binds (gauge inc/dec, Cell.inc raise RuntimeError).
@@ -86,19 +85,13 @@ def _text_or_number(value) -> float:
     return _number(value)
 
 
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
 def validate_exemplar(exemplar) -> None:
     """prometheus_client's exemplar rule, checked after the update it comes with (its multiprocess mode then
     drops the exemplar, and so does rankstat): every label name valid and not `__`-prefixed, and at most
     128 characters in the names and values together. The extension calls this function too."""
     runes = 0
     for name, value in exemplar.items():
-        if not isinstance(name, str) or not _LABEL_NAME.match(name):
-            raise ValueError("Invalid label metric name: " + str(name))
-        if name.startswith("__"):
-            raise ValueError("Reserved label metric name: " + name)
+        _names.check_label_name(name)  # the metric classes' label-name rule (rankstat._names)
         runes += len(name) + len(value)
     if runes > 128:
         raise ValueError(f"Exemplar labels have {runes} UTF-8 characters, exceeding the limit of 128")
@@ -156,6 +149,7 @@ class Value:
                              f"series")
 
     def inc(self, amount=1, exemplar=None):
+        """inc(amount=1): a counter's total or a gauge's value plus amount (counters: amount >= 0)."""
         k = self._k
         if k == KIND_COUNTER:
             live = self._h is not None or self._live()
@@ -179,6 +173,7 @@ class Value:
         self._wrong_kind("inc")
 
     def dec(self, amount=1):
+        """dec(amount=1): a gauge's value minus amount."""
         if self._k != KIND_GAUGE:
             self._wrong_kind("dec")
         live = self._h is not None or self._live()
@@ -187,6 +182,7 @@ class Value:
             self._call("rankstat_gauge_add", -amount)
 
     def set(self, value):
+        """set(value): a gauge's value."""
         if self._k != KIND_GAUGE:
             self._wrong_kind("set")
         live = self._h is not None or self._live()
@@ -195,6 +191,7 @@ class Value:
             self._call("rankstat_gauge_set", value)
 
     def observe(self, amount, exemplar=None):
+        """observe(amount): one sample of a histogram or summary."""
         if self._k != KIND_HISTOGRAM and self._k != KIND_SUMMARY:
             self._wrong_kind("observe")
         live = self._h is not None or self._live()

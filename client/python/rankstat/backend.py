@@ -100,6 +100,9 @@ class Segment:
         self._series_ids: Dict[Tuple[Any, ...], int] = {}
         # Set in a forked child until the metrics it inherited are re-bound to its own segment.
         self.inherited = False
+        # Every name a family declared here -> its declaration (rankstat.metrics' one-declaration rule).
+        # Kept across a fork: the child re-declares what it inherited, the same declarations.
+        self.declarations: Dict[str, Tuple[Any, ...]] = {}
 
     # --- identity ---------------------------------------------------------------------------------
 
@@ -241,19 +244,27 @@ class Segment:
     # --- series -----------------------------------------------------------------------------------
 
     def register(self, kind: int, mode: int, family: str, help_text: str, labelnames: Sequence[str],
-                 labelvalues: Sequence[str], bounds: Sequence[float]) -> int:
-        """Registers one series; its id, or NO_SERIES (logged, the series' updates are dropped)."""
+                 labelvalues: Sequence[str], bounds: Sequence[float], *, identity_labels: bool = False) -> int:
+        """Registers one series; its id, or NO_SERIES (logged, the series' updates are dropped). The series
+        is exported with its own labels only, unless `identity_labels` (a Reporter's families by default):
+        then the daemon adds the segment's identity labels, and a label equal to one of them is left to it."""
         address = self.open()
         if not address:
             return NO_SERIES
         finite = [b for b in bounds if b != float("inf")]
+        flags = n.SERIES_OWN_LABELS_ONLY
+        if identity_labels:
+            flags = 0
+            given = self.reporter.identity_labels if self.reporter is not None else {}
+            pairs = [(k, v) for k, v in zip(labelnames, labelvalues) if given.get(k) != v]
+            labelnames, labelvalues = [k for k, _ in pairs], [v for _, v in pairs]
         # Texts go by length (never as NUL-terminated strings): a NUL inside a label value or the help is
         # kept, so `a\0b` and `a\0c` stay two series as in prometheus_client.
-        spec, _keep = n.series_spec(kind, mode, n.SERIES_OWN_LABELS_ONLY, family.encode(),
+        spec, _keep = n.series_spec(kind, mode, flags, family.encode(),
                                     help_text.encode("utf-8", "surrogatepass"), [s.encode() for s in labelnames],
                                     [s.encode("utf-8", "surrogatepass") for s in labelvalues], finite)
         out = ctypes.c_uint32(NO_SERIES)
-        key = (kind, mode, family, tuple(labelnames), tuple(labelvalues), tuple(finite))
+        key = (kind, mode, flags, family, tuple(labelnames), tuple(labelvalues), tuple(finite))
         with self._lock:
             if self.address != address:  # forked meanwhile
                 return NO_SERIES
@@ -275,7 +286,7 @@ class Segment:
                 log.warning("rankstat: cannot register %s%s, its updates are dropped (%d refused so far: %s): "
                             "%s: %s", family, dict(zip(labelnames, labelvalues)), self.registration_failures,
                             ", ".join(f"{k} {v}" for k, v in sorted(self.refused_by_reason.items())), reason,
-                            n.last_error(self.reporter._lib))
+                            n.last_error(self.reporter.library))
             return NO_SERIES
         return out.value
 
@@ -343,6 +354,36 @@ class Segment:
         self._series_ids = {}
         self.inherited = True
         self.retrying = False  # the parent's retry thread does not exist here; a failed open starts one
+
+
+class ReporterSegment(Segment):
+    """The segment of one rankstat.Reporter, under the metric classes its families create
+    (Reporter.counter() and the others): opened by the Reporter, never retried, never re-opened after a
+    fork (the Reporter's families are no-ops in a forked child, as the Reporter is). Registrations hold the
+    GIL, like every write into the Reporter, so they never run beside another thread's update."""
+
+    def __init__(self, reporter: Any) -> None:
+        super().__init__()
+        self.reporter = reporter
+        self._opened = True
+        self.address = reporter.address
+        if self.address:
+            lib = reporter.library
+            self.calls = _Calls(lib)
+            from . import _accel
+            _accel.bind(lib)
+        else:
+            self.error = reporter.error or "the reporter is closed"
+
+    def hint_identity(self, role: str, labels: Optional[Mapping[str, Any]] = None) -> None:
+        pass  # the Reporter named its identity
+
+    def open(self) -> int:
+        return self.address
+
+    def detach(self) -> None:
+        """The Reporter is closing or was inherited by a forked child: no new series from here on."""
+        self.address = 0
 
 
 class _SegmentUnavailable(Exception):

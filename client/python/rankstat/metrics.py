@@ -30,7 +30,6 @@ import inspect
 import logging
 import math
 import os
-import re
 import sys
 import threading
 import time as _time
@@ -38,23 +37,18 @@ import warnings
 from timeit import default_timer
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from . import backend
+from . import _names, backend
 from ._accel import Cell, Family
+from ._native import (GAUGE_MODES, KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_SUMMARY, MOST_RECENT_MODES,
+                      GaugeMode)
 
 INF = float("inf")
 
 log = logging.getLogger("rankstat")
 
-_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
-MODES = {  # prometheus_client's multiprocess modes -> RANKSTAT_MODE_*
-    "all": 0, "liveall": 1, "sum": 2, "livesum": 3, "min": 4, "livemin": 5, "max": 6, "livemax": 7,
-    "mostrecent": 8, "livemostrecent": 9,
-}
-_MOST_RECENT = ("mostrecent", "livemostrecent")
-
-KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_SUMMARY = 1, 2, 3, 4
+# prometheus_client's multiprocess modes -> RANKSTAT_MODE_*, and the series kinds: rankstat._native's.
+MODES = GAUGE_MODES
 
 DEFAULT_BUCKETS = (.005, .01, .025, .05, .075, .1, .25, .5, .75, 1.0, 2.5, 5.0, 7.5, 10.0, INF)
 
@@ -67,8 +61,7 @@ def _full_name(kind: str, name: str, namespace: str, subsystem: str, unit: str) 
         full = full[:-6]  # the family; samples are exposed as <family>_total
     if unit and not full.endswith("_" + unit):
         full += "_" + unit
-    if not _METRIC_NAME.match(full):
-        raise ValueError("Invalid metric name: " + full)
+    _names.check_metric_name(full)  # any UTF-8 name, or classic ones only (rankstat._names)
     return full
 
 
@@ -82,9 +75,8 @@ def _label_names(kind: str, name: str, labelnames: Iterable[str], reserved: Tupl
     names = tuple(labelnames)
     seen = set()
     for label in names:
-        if not isinstance(label, str) or not _LABEL_NAME.match(label):
-            raise ValueError(f"Invalid label metric name: {label}")
-        if label.startswith("__") or label in reserved:
+        _names.check_label_name(label)  # any UTF-8 name but `__…`, or classic ones only (rankstat._names)
+        if label in reserved:
             raise ValueError(f"Reserved label metric name: {label}")
         if kind == "gauge" and label == "pid":
             raise ValueError(f"{name}: label name 'pid' is refused on a gauge: prometheus_client's multiprocess "
@@ -180,12 +172,11 @@ class _DefaultRegistry:
 
 _DEFAULT_REGISTRY = _DefaultRegistry()
 
-# Every name a family declared in this process claims (as a registry counts them: a counter claims foo,
-# foo_total and foo_created, ...) -> its declaration (type, gauge mode, bucket bounds). The segment holds
-# every declaration for the life of the process, so a second one that disagrees is refused whatever the
-# registry: one family, one declaration (docs/semantics.md). Guarded by _registration_lock.
-_declarations: Dict[str, Tuple[Any, ...]] = {}
-
+# Every name a family declared in a segment claims (as a registry counts them: a counter claims foo,
+# foo_total and foo_created, ...) -> its declaration (type, gauge mode, bucket bounds), in that segment's
+# `declarations` (backend.Segment: the process's segment, or one Reporter's). The segment holds every
+# declaration for its life, so a second one that disagrees is refused whatever the registry: one family,
+# one declaration (docs/semantics.md). Guarded by _registration_lock.
 
 def _claimed_names(metric) -> List[str]:
     return [metric._name] + [metric._name + suffix for suffix in _TYPE_SUFFIXES.get(metric._type, ())]
@@ -193,14 +184,14 @@ def _claimed_names(metric) -> List[str]:
 
 def _conflicts(metric) -> set:
     declaration = (metric._type, metric._mode(), tuple(metric._bounds()))
-    return {name for name in _claimed_names(metric)
-            if _declarations.get(name, declaration) != declaration}
+    declared = metric._segment.declarations
+    return {name for name in _claimed_names(metric) if declared.get(name, declaration) != declaration}
 
 
 def _claim_declaration(metric) -> None:
     declaration = (metric._type, metric._mode(), tuple(metric._bounds()))
     for name in _claimed_names(metric):
-        _declarations.setdefault(name, declaration)
+        metric._segment.declarations.setdefault(name, declaration)
 
 
 class _Described:
@@ -218,9 +209,19 @@ class _Described:
 def _metric_family(name: str, documentation: str, typ: str, unit: str):
     try:
         from prometheus_client.metrics_core import Metric
-        return Metric(name, documentation, typ, unit)
     except ImportError:
         return _Described(name, documentation, typ, unit)
+    try:
+        return Metric(name, documentation, typ, unit)
+    except ValueError:
+        if _names.legacy_validation():
+            raise
+        # A prometheus_client before 0.22 (Debian's 0.16) refuses a name outside the classic set, which
+        # rankstat accepted as the current release does (rankstat._names): its registry then holds the
+        # family under a stand-in built with a classic name and given the real one.
+        family = Metric("rankstat_stand_in", documentation, typ)
+        family.name, family.unit = name, unit
+        return family
 
 
 # --- decorators that keep the decorated function's signature -----------------------------------------
@@ -289,7 +290,7 @@ class _Reading:
         return _Number(self.get())
 
     def get(self) -> float:
-        return backend.segment().value(self._child)
+        return self._child._segment.value(self._child)
 
     def inc(self, amount: float = 1) -> None:
         self._child.inc(amount)
@@ -320,7 +321,7 @@ class _Bucket(Cell):
         return _Number(self.get())
 
     def get(self) -> float:
-        return backend.segment().bucket(self._child, self._index)
+        return self._child._segment.bucket(self._child, self._index)
 
 
 class _Sum(Cell):
@@ -333,7 +334,7 @@ class _Sum(Cell):
         return _Number(self.get())
 
     def get(self) -> float:
-        return backend.segment().value(self._child)
+        return self._child._segment.value(self._child)
 
 
 class _SummaryCount:
@@ -347,7 +348,7 @@ class _SummaryCount:
         return _Number(self.get())
 
     def get(self) -> float:
-        return backend.segment().bucket(self._child, 0)
+        return self._child._segment.bucket(self._child, 0)
 
 
 # --- timing helpers (decorator or context manager, like prometheus_client's) -------------------------
@@ -465,6 +466,19 @@ def _rebind_inherited() -> None:
                 log.warning("rankstat: cannot re-bind %r after fork: %s: %s", family, type(e).__name__, e)
 
 
+def _check_label_values(family: str, labelnames: Tuple[str, ...], values: Tuple[str, ...]) -> None:
+    """A new child's label values must be text the segment (and the exposition) can carry: UTF-8. A lone
+    surrogate ('\\ud800') is not: the call that labels it raises UnicodeEncodeError (a ValueError), naming
+    the label, instead of the registration being refused later with only a log line. Only a new child is
+    checked (labels() of a known child never comes here)."""
+    for name, value in zip(labelnames, values):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise UnicodeEncodeError(e.encoding, e.object, e.start, e.end,
+                                     f"{e.reason}: label {name!r} of {family} must be UTF-8 text") from None
+
+
 def _multiprocess_warning(message: str) -> None:
     # rankstat is always prometheus_client's multiprocess mode, which warns here (the value stays exported).
     warnings.warn(message, UserWarning, stacklevel=3)
@@ -485,11 +499,18 @@ class _Metric(Family):
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
                  subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
-                 _labelvalues: Optional[Sequence[str]] = None, **ignored: Any):
+                 _labelvalues: Optional[Sequence[str]] = None, *, _segment: Optional[backend.Segment] = None,
+                 _identity_labels: bool = False, **ignored: Any):
+        # _segment: where the series live; the process's segment unless a rankstat.Reporter's families
+        # bind them to its own (with _identity_labels: the daemon adds that Reporter's identity labels).
+        self._segment = backend.segment() if _segment is None else _segment
+        self._identity_labels = _identity_labels
         self._name = _full_name(self._type, name, namespace, subsystem, unit)
         self._labelnames = _label_names(self._type, self._name, labelnames, self._reserved_labelnames)
         self._labelvalues = tuple(_labelvalues or ())
         self._kwargs: Dict[str, Any] = {}
+        if _segment is not None:  # the children are bound where their family is
+            self._kwargs.update(_segment=_segment, _identity_labels=_identity_labels)
         self._documentation = documentation
         self._unit = unit
         if self._labelvalues and len(self._labelvalues) != len(self._labelnames):
@@ -505,7 +526,8 @@ class _Metric(Family):
                 if registry:
                     registry.register(self)
                 _claim_declaration(self)
-            backend.track_family(self)
+            if _segment is None:  # a Reporter's families follow their Reporter through a fork
+                backend.track_family(self)
         if self._is_parent():
             self._removed: Dict[Tuple[str, ...], Any] = {}
             self._bind(None, 0, self._kind)
@@ -539,7 +561,7 @@ class _Metric(Family):
         segment and binds it; address 0 (no segment, or the segment refused the series) makes every update
         a no-op."""
         with _registration_lock:
-            seg = backend.segment()
+            seg = self._segment
             if seg.inherited:  # a forked child's first new series: the inherited ones are bound first
                 _rebind_inherited()
             sid = self._series_id_in(seg)
@@ -548,7 +570,8 @@ class _Metric(Family):
 
     def _series_id_in(self, seg) -> int:
         return seg.register(self._kind, self._mode(), self._exposed_name, self._documentation_text(),
-                            self._labelnames, self._labelvalues, self._bounds())
+                            self._labelnames, self._labelvalues, self._bounds(),
+                            identity_labels=self._identity_labels)
 
     def _documentation_text(self) -> str:
         return "" if self._documentation is None else str(self._documentation)
@@ -561,6 +584,7 @@ class _Metric(Family):
                 return child
             child = self._removed.pop(key, None)
             if child is None:
+                _check_label_values(self._name, self._labelnames, key)
                 child = self.__class__(self._name, documentation=self._documentation, labelnames=self._labelnames,
                                        unit=self._unit, _labelvalues=key, **self._kwargs)
                 child._parent = self  # keeps the family tracked (fork re-binding) while the child is in use
@@ -569,6 +593,11 @@ class _Metric(Family):
 
     def _rebind(self) -> None:
         # Called by Value (C or Python) before the first update of a detached series, and by the reads.
+        if self._segment is not backend.segment():
+            # A Reporter's series, detached by a fork or by closing the Reporter: the segment is gone (or
+            # the parent's), so the series stays a no-op, as the Reporter's own calls are.
+            self._bind(0, self._series_id)
+            return
         try:
             _rebind_inherited()
         except Exception as e:  # never into the engine: the series' updates become no-ops
@@ -577,6 +606,7 @@ class _Metric(Family):
             self._bind(0, self._series_id)
 
     def remove(self, *labelvalues: Any) -> None:
+        """Forgets the child of these label values (multiprocess mode: warns, and its value stays served)."""
         _multiprocess_warning("Removal of labels has not been implemented in multi-process mode yet.")
         if not self._labelnames:
             raise ValueError(f"No label names were set when constructing {self}")
@@ -591,6 +621,8 @@ class _Metric(Family):
                 self._removed[key] = child
 
     def remove_by_labels(self, labels: Dict[str, Any]) -> None:
+        """Forgets every child whose labels include `labels` (a dict of some label names to values); as
+        remove(), it warns and the values stay served."""
         _multiprocess_warning("Removal of labels has not been implemented in multi-process mode yet.")
         if not self._labelnames:
             raise ValueError(f"No label names were set when constructing {self}")
@@ -605,6 +637,7 @@ class _Metric(Family):
                 self._removed[key] = self._children.pop(key)
 
     def clear(self) -> None:
+        """Forgets every child (multiprocess mode: warns, and their values stay served)."""
         _multiprocess_warning("Clearing labels has not been implemented in multi-process mode yet")
         with _registration_lock:
             if self._is_parent():
@@ -633,6 +666,7 @@ class _Metric(Family):
     # --- the registry's and collect()'s view ---------------------------------------------------------
 
     def describe(self):
+        """The family as a registry sees it: one metric family (name, help, type, unit), no samples."""
         return [_metric_family(self._name, self._documentation, self._type, self._unit)]
 
     def collect(self):
@@ -667,11 +701,11 @@ class _Metric(Family):
 _reset_function: List[Any] = []
 
 
-def _counter_reset(address: int, series_id: int) -> None:
+def _counter_reset(seg: backend.Segment, address: int, series_id: int) -> None:
     # rankstat_counter_reset through a PyDLL handle (the GIL stays held, as for every update: the reporter
     # is single-writer). Cold: only Counter.reset() calls it.
     if not _reset_function:
-        lib = backend.segment().reporter._lib
+        lib = seg.reporter.library
         fn = getattr(ctypes.PyDLL(lib._name, handle=lib._handle), "rankstat_counter_reset", None)
         if fn is None:
             raise RuntimeError("the rankstat library lacks rankstat_counter_reset: it is older than this package")
@@ -708,10 +742,12 @@ class Counter(_Metric):
             self._rebind()
         address = self._reporter_address
         if address:
-            _counter_reset(address, self._series_id)
+            _counter_reset(self._segment, address, self._series_id)
         self._created = _time.time()
 
     def count_exceptions(self, exception=Exception) -> ExceptionCounter:
+        """A context manager or decorator that adds 1 when an exception of `exception` (a type or a tuple
+        of types) leaves the block or function; the exception goes on."""
         self._raise_if_not_observable()
         return ExceptionCounter(self, exception)
 
@@ -720,10 +756,10 @@ class Counter(_Metric):
         return _value_of(self)
 
     def get(self) -> float:
-        return backend.segment().value(self)
+        return self._segment.value(self)
 
     def _child_samples(self):
-        return [("_total", {}, backend.segment().value(self))] + _created_sample(self)
+        return [("_total", {}, self._segment.value(self))] + _created_sample(self)
 
 
 class Gauge(_Metric):
@@ -732,12 +768,12 @@ class Gauge(_Metric):
     _type = "gauge"
     _kind = KIND_GAUGE
     _MULTIPROC_MODES = frozenset(MODES)
-    _MOST_RECENT_MODES = frozenset(_MOST_RECENT)
+    _MOST_RECENT_MODES = MOST_RECENT_MODES
     observe = _Absent()
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
                  subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
-                 _labelvalues: Optional[Sequence[str]] = None, multiprocess_mode: str = "all", **ignored: Any):
+                 _labelvalues: Optional[Sequence[str]] = None, multiprocess_mode: GaugeMode = "all", **ignored: Any):
         self._multiprocess_mode = multiprocess_mode
         if multiprocess_mode not in self._MULTIPROC_MODES:
             raise ValueError("Invalid multiprocess mode: " + str(multiprocess_mode))
@@ -747,23 +783,28 @@ class Gauge(_Metric):
             # methods for this object only.
             self.inc = functools.partial(_most_recent_refusal, "inc")
             self.dec = functools.partial(_most_recent_refusal, "dec")
-        super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues)
+        super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues,
+                         **ignored)
         self._kwargs["multiprocess_mode"] = self._multiprocess_mode
 
     def _mode(self) -> int:
         return MODES[self._multiprocess_mode]
 
     def set_to_current_time(self) -> None:
+        """Sets the gauge to the current Unix time in seconds."""
         self.set(_time.time())
 
     def track_inprogress(self) -> InprogressTracker:
+        """A context manager or decorator counting the blocks or calls in progress: +1 on entry, -1 on exit."""
         self._raise_if_not_observable()
         return InprogressTracker(self)
 
     def time(self) -> Timer:
+        """A context manager or decorator that sets the gauge to the duration of the block or call, in seconds."""
         return Timer(self, "set")
 
     def set_function(self, f: Callable[[], float]) -> None:
+        """Makes `f()` the gauge's value in this process's collect(); rankstatd serves the last value set."""
         # prometheus_client's multiprocess collector reads the processes' files and never calls the
         # function; its files keep the last value set. The segment likewise keeps the last value set.
         self._raise_if_not_observable()
@@ -774,13 +815,13 @@ class Gauge(_Metric):
         return _value_of(self)
 
     def get(self) -> float:
-        return backend.segment().value(self)
+        return self._segment.value(self)
 
     def _child_samples(self):
         # As prometheus_client's own collect(): a set_function callback gives the value (its multiprocess
         # collector, like rankstatd, serves the last value set instead).
         f = getattr(self, "_function", None)
-        return [("", {}, float(f()) if f is not None else backend.segment().value(self))]
+        return [("", {}, float(f()) if f is not None else self._segment.value(self))]
 
 
 def _most_recent_refusal(method: str, amount: float = 1) -> None:
@@ -798,6 +839,7 @@ class Summary(_Metric):
     set = _Absent()
 
     def time(self) -> Timer:
+        """A context manager or decorator that observes the duration of the block or call, in seconds."""
         return Timer(self, "observe")
 
     def _metric_init(self) -> None:
@@ -813,7 +855,7 @@ class Summary(_Metric):
         return _SummaryCount(self)
 
     def _child_samples(self):
-        seg = backend.segment()
+        seg = self._segment
         return [("_count", {}, seg.bucket(self, 0)), ("_sum", {}, seg.value(self))] + _created_sample(self)
 
 
@@ -854,7 +896,8 @@ class Histogram(_Metric):
                  _labelvalues: Optional[Sequence[str]] = None, buckets: Sequence[Any] = DEFAULT_BUCKETS,
                  **ignored: Any):
         self._prepare_buckets(buckets)
-        super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues)
+        super().__init__(name, documentation, labelnames, namespace, subsystem, unit, registry, _labelvalues,
+                         **ignored)
         self._kwargs["buckets"] = buckets
 
     def _prepare_buckets(self, source_buckets: Sequence[Any]) -> None:
@@ -875,6 +918,7 @@ class Histogram(_Metric):
         return self._upper_bounds
 
     def time(self) -> Timer:
+        """A context manager or decorator that observes the duration of the block or call, in seconds."""
         return Timer(self, "observe")
 
     def _metric_init(self) -> None:
@@ -887,7 +931,7 @@ class Histogram(_Metric):
         self._sum = _Sum(self, -1)
 
     def _child_samples(self):
-        seg = backend.segment()
+        seg = self._segment
         out, acc = [], 0.0
         for i, bound in enumerate(self._upper_bounds):
             acc += seg.bucket(self, i)

@@ -41,6 +41,7 @@ class ServerCore;
 struct Request {
   std::string method;  // "GET" or "HEAD": other methods never reach the handler
   std::string target;  // path and query exactly as sent, e.g. "/metrics?x=1"
+  std::string accept;  // the Accept header(s), joined: /metrics reads its `escaping` parameter
   std::string accept_encoding;
   std::string authorization;  // the Authorization header ("" when absent); a secret, never log it
 };

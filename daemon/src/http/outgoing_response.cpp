@@ -83,6 +83,7 @@ Request request_from(const bhttp::request<bhttp::string_body>& message) {
   Request request;
   request.method = std::string(message.method_string());
   request.target = std::string(message.target());
+  request.accept = joined_values(message, bhttp::field::accept);
   request.accept_encoding = joined_values(message, bhttp::field::accept_encoding);
   if (const auto authorization = message.find(bhttp::field::authorization); authorization != message.end()) {
     request.authorization = std::string(authorization->value());

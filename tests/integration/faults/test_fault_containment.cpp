@@ -7,11 +7,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "config.hpp"
 #include "fault_support.hpp"
@@ -22,12 +28,17 @@
 #include "retired_totals.hpp"
 #include "segment_registry.hpp"
 #include "small_segment.hpp"
+#include "source.hpp"
 #include "testkit.hpp"
 
 using namespace rankstat;
 using namespace rankstat::testkit;
 
 namespace {
+
+constexpr std::size_t untrusted(shm::TrustRefusal refusal) {
+  return static_cast<std::size_t>(refusal);
+}
 
 ReporterOptions writer_options(const TempDir& dir, int dp) {
   return rankstat::testkit::small_segment_options(dir, "guard", dp);
@@ -189,9 +200,9 @@ TEST_CASE("world-writable segments and unexpected owners and symlinks are refuse
   SegmentRegistry registry(registry_options(dir), retired);
   for (int pass = 0; pass < 3; ++pass) registry.scan(shm::monotonic_ns());
   const RegistryCounters& c = registry.counters();
-  CHECK(c.rejected_world_writable == 1);
-  CHECK(c.rejected_unexpected_owner == 1);
-  CHECK(c.rejected_not_regular == 2);
+  CHECK(c.rejected_untrusted[untrusted(shm::TrustRefusal::kWorldWritable)] == 1);
+  CHECK(c.rejected_untrusted[untrusted(shm::TrustRefusal::kUnexpectedOwner)] == 1);
+  CHECK(c.rejected_untrusted[untrusted(shm::TrustRefusal::kNotRegularFile)] == 2);
   CHECK(registry.current().size() == 1);
   CHECK(faults::count_lines(log.text(), "rejected segment") == 4);  // once each, over three scans
   CHECK(faults::count_lines(log.text(), "(unexpected_owner): owned by uid 12345") == 1);
@@ -201,7 +212,7 @@ TEST_CASE("world-writable segments and unexpected owners and symlinks are refuse
   registry.set_trust({12345}, false, false);
   registry.scan(shm::monotonic_ns());
   CHECK(registry.current().size() == 3);
-  CHECK(c.rejected_world_writable == 1);
+  CHECK(c.rejected_untrusted[untrusted(shm::TrustRefusal::kWorldWritable)] == 1);
 }
 
 TEST_CASE("world-writable segments and any owner are accepted when configured") {
@@ -212,8 +223,8 @@ TEST_CASE("world-writable segments and any owner are accepted when configured") 
   REQUIRE(::chown(foreign.reporter.path().c_str(), 12345, static_cast<gid_t>(-1)) == 0);
   RetiredTotals retired("");
   RegistryOptions options = registry_options(dir);
-  options.any_owner = true;
-  options.allow_world_writable = true;
+  options.trust.any_owner = true;
+  options.trust.allow_world_writable = true;
   SegmentRegistry registry(options, retired);
   CHECK(registry.scan(shm::monotonic_ns()) == 2);
 }
@@ -338,4 +349,65 @@ TEST_CASE("the trust flags are re-read from the config file on reload") {
   REQUIRE(reloaded);
   CHECK(reloaded->any_owner);
   CHECK(reloaded->allow_world_writable);
+}
+
+TEST_CASE("rankstat --direct refuses every segment the daemon refuses, for the daemon's reason") {
+  TempDir dir;
+  Writer healthy(dir, 0, 1);
+  Writer open_to_all(dir, 1, 1);
+  REQUIRE(::chmod(open_to_all.reporter.path().c_str(), 0666) == 0);
+  REQUIRE(::symlink(healthy.reporter.path().c_str(),
+                    (dir.path() + "/rankstat.guard.scheduler.tp0-pp0-ep0-dp9").c_str()) == 0);
+  REQUIRE(::mkfifo((dir.path() + "/rankstat.guard.scheduler.tp0-pp0-ep0-dp8").c_str(), 0600) == 0);
+  // A segment renamed into another instance: its header still says "guard".
+  const std::string renamed = dir.path() + "/rankstat.other.scheduler.tp0-pp0-ep0-dp0";
+  {
+    std::ofstream out(renamed, std::ios::binary);
+    out << testkit::read_file(healthy.reporter.path());
+    REQUIRE(out.good());
+  }
+  REQUIRE(::chmod(renamed.c_str(), 0640) == 0);
+  // Owned by a user the daemon does not trust: the CLI shows it marked instead (docs/api.md).
+  const bool root = ::geteuid() == 0;
+  std::unique_ptr<Writer> foreign;
+  if (root) {
+    foreign = std::make_unique<Writer>(dir, 2, 1);
+    REQUIRE(::chown(foreign->reporter.path().c_str(), 12345, static_cast<gid_t>(-1)) == 0);
+  }
+
+  RetiredTotals retired("");
+  SegmentRegistry registry(registry_options(dir), retired);
+  registry.scan(shm::monotonic_ns());
+  const RegistryCounters& c = registry.counters();
+  std::map<std::string, std::uint64_t> daemon_refused;
+  for (const auto& [reason, count] :
+       {std::pair{"not_regular_file", c.rejected_untrusted[untrusted(shm::TrustRefusal::kNotRegularFile)]},
+        std::pair{"world_writable", c.rejected_untrusted[untrusted(shm::TrustRefusal::kWorldWritable)]},
+        std::pair{"instance_mismatch",
+                  c.rejected_untrusted[untrusted(shm::TrustRefusal::kInstanceMismatch)]}}) {
+    if (count != 0) daemon_refused[reason] = count;
+  }
+  CHECK(daemon_refused == std::map<std::string, std::uint64_t>{
+                              {"instance_mismatch", 1}, {"not_regular_file", 2}, {"world_writable", 1}});
+  CHECK(c.rejected_untrusted[untrusted(shm::TrustRefusal::kUnexpectedOwner)] == (root ? 1u : 0u));
+  std::set<std::string> daemon_served;
+  for (const RankSegment* s : registry.current()) daemon_served.insert(s->id());
+
+  cli::DirectOptions options;
+  options.shm_dir = dir.path();
+  options.rate_window = std::chrono::milliseconds(0);
+  const boost::json::object doc = cli::make_direct_source(options)->ranks();
+  std::map<std::string, std::uint64_t> cli_refused;
+  for (const auto& [reason, count] : doc.at("rejected_segments").as_object())
+    cli_refused[std::string(reason)] = count.to_number<std::uint64_t>();
+  CHECK(cli_refused == daemon_refused);
+  std::set<std::string> cli_trusted;
+  std::set<std::string> cli_marked;
+  for (const auto& rank : doc.at("ranks").as_array()) {
+    const auto& o = rank.as_object();
+    (o.contains("untrusted_owner") ? cli_marked : cli_trusted).insert(std::string(o.at("id").as_string()));
+  }
+  CHECK(cli_trusted == daemon_served);
+  CHECK(cli_trusted == std::set<std::string>{"guard.scheduler.tp0-pp0-ep0-dp0"});
+  CHECK(cli_marked.size() == (root ? 1u : 0u));
 }

@@ -1,13 +1,17 @@
 // The C ABI of librankstat.so, called the way a binding calls it: through rankstat.h only, with the
 // shm directory taken from RANKSTAT_SHM_DIR.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sys/wait.h>
@@ -396,9 +400,9 @@ TEST_CASE("Counters, gauges and histograms work through the C ABI", "[c_api]") {
   }
   SECTION("bad registrations are rejected with a message naming the family") {
     std::uint32_t id = 77;
-    CHECK(rankstat_register_counter(reporter.get(), "bad-name", 0, nullptr, nullptr, &id) ==
-          RANKSTAT_ERR_INVALID_ARGUMENT);
-    CHECK_THAT(std::string(rankstat_last_error()), Catch::Contains("bad-name"));
+    CHECK(rankstat_register_counter(reporter.get(), "bad\xff", 0, nullptr, nullptr, &id) ==
+          RANKSTAT_ERR_INVALID_ARGUMENT);  // a family name that is not UTF-8
+    CHECK_THAT(std::string(rankstat_last_error()), Catch::Contains("cannot register counter 'bad"));
     CHECK(rankstat_register_gauge(reporter.get(), "g", 10, 0, nullptr, nullptr, &id) ==
           RANKSTAT_ERR_INVALID_ARGUMENT);
     CHECK(rankstat_register_gauge(reporter.get(), "g", 256 + RANKSTAT_MODE_SUM, 0, nullptr, nullptr, &id) ==
@@ -706,4 +710,163 @@ TEST_CASE(
   CHECK(gi->family == "lengths_old_gauge");
   CHECK(gi->help == "Old help.");
   CHECK(gi->labels == shm::LabelPairs{{"v", "old"}});
+}
+
+namespace {
+
+// Sets or clears RANKSTAT_INSTANCE for the lifetime of a test.
+class InstanceEnv {
+ public:
+  explicit InstanceEnv(const char* value) {
+    if (value != nullptr) {
+      ::setenv("RANKSTAT_INSTANCE", value, 1);
+    } else {
+      ::unsetenv("RANKSTAT_INSTANCE");
+    }
+  }
+  ~InstanceEnv() { ::unsetenv("RANKSTAT_INSTANCE"); }
+  InstanceEnv(const InstanceEnv&) = delete;
+  InstanceEnv& operator=(const InstanceEnv&) = delete;
+};
+
+std::vector<std::pair<std::string, std::string>> identity_labels_of(const rankstat_reporter* reporter) {
+  std::vector<std::pair<std::string, std::string>> labels;
+  const char* name = nullptr;
+  const char* value = nullptr;
+  for (std::uint32_t i = 0; rankstat_identity_label(reporter, i, &name, &value) == RANKSTAT_OK; ++i)
+    labels.emplace_back(name, value);
+  return labels;
+}
+
+}  // namespace
+
+TEST_CASE("An identity without an instance takes $RANKSTAT_INSTANCE, else \"default\"", "[c_api]") {
+  struct Case {
+    const char* what;
+    const char* variable;  // nullptr: unset
+    const char* instance;
+    const char* expected;  // the segment name's start
+  };
+  const Case cases[] = {
+      {"NULL with the variable set", "fromenv", nullptr, "rankstat.fromenv."},
+      {"an empty string with the variable set", "fromenv", "", "rankstat.fromenv."},
+      {"NULL with the variable empty", "", nullptr, "rankstat.default."},
+      {"NULL without the variable", nullptr, nullptr, "rankstat.default."},
+      {"an instance given beats the variable", "fromenv", "given", "rankstat.given."},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    TempDir dir;
+    ShmDirEnv env(dir.path());
+    InstanceEnv instance(c.variable);
+    rankstat_identity identity = test_identity();
+    identity.instance = c.instance;
+    const rankstat_geometry geometry = small_geometry();
+    rankstat_reporter* raw = nullptr;
+    REQUIRE(rankstat_open(&identity, &geometry, &raw) == RANKSTAT_OK);
+    const ReporterHandle reporter(raw);
+    const auto names = dir.list();
+    REQUIRE(names.size() == 1);
+    CHECK(names[0].rfind(c.expected, 0) == 0);
+  }
+}
+
+TEST_CASE("A refused series' message gives the reason shmproto found and names the label at fault",
+          "[c_api]") {
+  TempDir dir;
+  ShmDirEnv env(dir.path());
+  const ReporterHandle reporter = open_reporter();
+  std::uint32_t id = 77;
+  const char* twice_names[] = {"pool", "pool"};
+  const char* twice_values[] = {"a", "b"};
+  CHECK(rankstat_register_counter(reporter.get(), "c_total", 2, twice_names, twice_values, &id) ==
+        RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rankstat_last_error()) ==
+        "cannot register counter 'c_total': label 'pool' is given twice");
+
+  const char* le_name[] = {"le"};
+  const char* le_value[] = {"1"};
+  const double bounds[] = {1, 2};
+  CHECK(rankstat_register_histogram(reporter.get(), "h", 1, le_name, le_value, bounds, 2, &id) ==
+        RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rankstat_last_error()) ==
+        "cannot register histogram 'h': label 'le' is reserved for histogram buckets");
+
+  const char* value_name[] = {"v"};
+  const char* bad_value[] = {"\xff"};
+  CHECK(rankstat_register_gauge(reporter.get(), "g", RANKSTAT_MODE_SUM, 1, value_name, bad_value, &id) ==
+        RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rankstat_last_error()) ==
+        "cannot register gauge 'g': label 'v' has a value that is not valid UTF-8");
+
+  const double unsorted[] = {2, 1};
+  CHECK(rankstat_register_histogram(reporter.get(), "h", 0, nullptr, nullptr, unsorted, 2, &id) ==
+        RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rankstat_last_error()) ==
+        "cannot register histogram 'h': " +
+            std::string(shm::series_refusal_text(shm::SeriesRefusal::kBoundsOrder)));
+
+  rankstat_series_spec spec{};
+  spec.struct_size = sizeof spec;
+  spec.kind = RANKSTAT_KIND_COUNTER;
+  spec.family = "c_total";
+  spec.help = "\xc3";
+  CHECK(rankstat_register_series(reporter.get(), &spec, &id) == RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rankstat_last_error()) ==
+        "cannot register series 'c_total': the help text is not valid UTF-8");
+  CHECK(id == 77);
+}
+
+TEST_CASE("Every series refusal has a text of its own in shmproto's one table", "[c_api]") {
+  std::vector<std::string_view> seen;
+  for (std::size_t i = 1; i < std::size(shm::kSeriesRefusalTexts); ++i) {
+    const std::string_view text = shm::series_refusal_text(static_cast<shm::SeriesRefusal>(i));
+    CHECK(!text.empty());
+    CHECK(std::find(seen.begin(), seen.end(), text) == seen.end());
+    seen.push_back(text);
+  }
+  CHECK(shm::series_refusal_text(shm::SeriesRefusal::kNone).empty());
+}
+
+TEST_CASE("rankstat_identity_label lists the labels the daemon adds to the segment's series, in order",
+          "[c_api]") {
+  TempDir dir;
+  ShmDirEnv env(dir.path());
+  rankstat_identity identity = test_identity();
+  const char* extra_names[] = {"region"};
+  const char* extra_values[] = {"eu"};
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  Labels expected;
+  SECTION("a scheduler with a dp rank, priority scheduling and an extra label") {
+    identity.tp_rank = 1;
+    identity.dp_rank = 2;
+    identity.flags = RANKSTAT_FLAG_PRIORITY_SCHEDULING;
+    identity.extra_label_count = 1;
+    identity.extra_label_names = extra_names;
+    identity.extra_label_values = extra_values;
+    expected = {{"model_name", "qwen"}, {"engine_type", "unified"}, {"tp_rank", "1"}, {"pp_rank", "0"},
+                {"moe_ep_rank", "0"},   {"priority", ""},           {"dp_rank", "2"}, {"region", "eu"}};
+  }
+  SECTION("a scheduler without a dp rank") {
+    expected = {{"model_name", "qwen"},
+                {"engine_type", "unified"},
+                {"tp_rank", "0"},
+                {"pp_rank", "0"},
+                {"moe_ep_rank", "0"}};
+  }
+  SECTION("a tokenizer: no rank labels") {
+    identity.role = RANKSTAT_ROLE_TOKENIZER;
+    identity.dp_rank = 3;
+    expected = {{"model_name", "qwen"}, {"engine_type", "unified"}};
+  }
+  const rankstat_geometry geometry = small_geometry();
+  rankstat_reporter* raw = nullptr;
+  INFO(rankstat_last_error());
+  REQUIRE(rankstat_open(&identity, &geometry, &raw) == RANKSTAT_OK);
+  const ReporterHandle reporter(raw);
+  CHECK(identity_labels_of(reporter.get()) == expected);
+  const char* name = nullptr;
+  CHECK(rankstat_identity_label(reporter.get(), static_cast<std::uint32_t>(expected.size()), &name,
+                                nullptr) == RANKSTAT_ERR_INVALID_ARGUMENT);
+  CHECK(rankstat_identity_label(nullptr, 0, &name, nullptr) == RANKSTAT_ERR_CLOSED);
 }

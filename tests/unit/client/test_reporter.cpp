@@ -145,6 +145,42 @@ TEST_CASE("The shm directory defaults to RANKSTAT_SHM_DIR, then /dev/shm", "[rep
   }
 }
 
+TEST_CASE("The instance defaults to RANKSTAT_INSTANCE, then \"default\", for options that name none",
+          "[reporter]") {
+  TempDir dir;
+  ReporterOptions options = options_in(dir);
+  CHECK(ReporterOptions{}.identity.instance.empty());
+  options.identity.instance.clear();
+  {
+    ScopedEnv env("RANKSTAT_INSTANCE", "fromenv");
+    CHECK(rankstat::default_instance() == "fromenv");
+    Reporter reporter;
+    REQUIRE(reporter.open(options) == Status::kOk);
+    CHECK(reporter.path() == dir.path() + "/rankstat.fromenv.scheduler.tp0-pp0-ep0");
+    SegmentView view(reporter.path());
+    CHECK(std::string(view.opened().identity.instance) == "fromenv");
+
+    ReporterOptions given = options;
+    given.identity.instance = "given";
+    Reporter named;
+    REQUIRE(named.open(given) == Status::kOk);
+    CHECK(named.path() == dir.path() + "/rankstat.given.scheduler.tp0-pp0-ep0");
+  }
+  {
+    ScopedEnv env("RANKSTAT_INSTANCE", "");
+    CHECK(rankstat::default_instance() == "default");
+    Reporter reporter;
+    REQUIRE(reporter.open(options) == Status::kOk);
+    CHECK(reporter.path() == dir.path() + "/rankstat.default.scheduler.tp0-pp0-ep0");
+  }
+  {
+    ScopedEnv env("RANKSTAT_INSTANCE", "not.valid");
+    Reporter reporter;
+    CHECK(reporter.open(options) == Status::kInvalidArgument);
+    CHECK_THAT(reporter.error_message(), Catch::Contains("not.valid"));
+  }
+}
+
 TEST_CASE("report_scheduler round-trips the fixed fields and priority entries with priority_count patched",
           "[reporter]") {
   TempDir dir;
@@ -382,8 +418,11 @@ TEST_CASE("Registration failures map to kInvalidArgument and kRegistryFull", "[r
   Reporter reporter;
   REQUIRE(reporter.open(options) == Status::kOk);
   std::uint32_t id = 0;
-  CHECK(reporter.register_counter("bad name", {}, id) == Status::kInvalidArgument);
+  CHECK(reporter.register_counter("bad\xff", {}, id) == Status::kInvalidArgument);  // not UTF-8
+  CHECK(reporter.last_refusal().refusal == shm::SeriesRefusal::kFamilyName);
   CHECK(reporter.register_gauge("g", shm::GaugeMode::kAll, {{"__x", "v"}}, id) == Status::kInvalidArgument);
+  CHECK(reporter.last_refusal().refusal == shm::SeriesRefusal::kLabelName);
+  CHECK(reporter.last_refusal().label == 0);
   const double unsorted[] = {2, 1};
   CHECK(reporter.register_histogram("h", {}, unsorted, id) == Status::kInvalidArgument);
   CHECK(reporter.register_counter("a_total", {}, id) == Status::kOk);

@@ -74,10 +74,16 @@ TEST_CASE("integrated gauges default to the load gauges, take a list, and turn o
   REQUIRE(o.config);
   CHECK(o.config->integrate_families.empty());
   CHECK(o.config->peak_window == 0ms);
-  const char* bad[] = {"rankstatd", "--aggregate.integrate=not a name"};
+  // Any UTF-8 text names a family (prometheus_client 0.22+), `a.b` and `a b` included; bytes that are
+  // not UTF-8 do not.
+  const char* dotted[] = {"rankstatd", "--aggregate.integrate=my.gauge"};
+  auto dotted_parse = rankstat::parse_config(2, dotted);
+  REQUIRE(dotted_parse.config);
+  CHECK(dotted_parse.config->integrate_families == std::vector<std::string>{"my.gauge"});
+  const char* bad[] = {"rankstatd", "--aggregate.integrate=a\xFF"};
   auto b = rankstat::parse_config(2, bad);
   CHECK_FALSE(b.config);
-  CHECK(b.message.find("not a name") != std::string::npos);
+  CHECK(b.message.find("is not a metric name") != std::string::npos);
 }
 
 TEST_CASE("a bad flag value is refused with a message, not ignored") {

@@ -95,8 +95,8 @@ TEST_CASE("a drained scheduler snapshot gives its fields, its priority counts an
   CHECK(view.priorities[0].count == 4);
   CHECK(view.priorities[1].flags == shm::kPriorityIsNone);
   CHECK(segment->seen_priorities().size() == 2);
-  CHECK(segment->records_drained() == 1);
-  CHECK(segment->malformed_records() == 0);
+  CHECK(segment->drained().records == 1);
+  CHECK(segment->drained().malformed == 0);
   const std::uint64_t first_sequence = view.sequence;
 
   // A later snapshot replaces the fields; a priority once seen stays seen (SGLang exports it as 0).
@@ -107,8 +107,8 @@ TEST_CASE("a drained scheduler snapshot gives its fields, its priority counts an
   CHECK(segment->scheduler().priorities.empty());
   CHECK(segment->seen_priorities().size() == 2);
   CHECK(segment->scheduler().sequence > first_sequence);
-  CHECK(segment->records_drained() == 2);
-  CHECK(segment->sequence_gaps() == 0);
+  CHECK(segment->drained().records == 2);
+  CHECK(segment->drained().sequence_gaps == 0);
 }
 
 TEST_CASE("every gauge update record is drained and counted, and the cumulative block holds the last value",
@@ -120,8 +120,8 @@ TEST_CASE("every gauge update record is drained and counted, and the cumulative 
   auto segment = attach(writer);
   for (const double v : {1.0, 5.0, 2.0}) REQUIRE(writer.gauge_set(gauge, v) == Status::kOk);
   REQUIRE(segment->drain(shm::monotonic_ns()));
-  CHECK(segment->gauge_updates() == 3);
-  CHECK(segment->records_drained() == 3);
+  CHECK(segment->drained().gauge_updates == 3);
+  CHECK(segment->drained().records == 3);
   segment->refresh_cumulative();
   const auto& series = series_named(*segment, "engine:queue");
   CHECK(series.value.value == 2.0);
@@ -142,9 +142,9 @@ TEST_CASE("records of an unknown type are skipped and short or version-0 records
   REQUIRE(writer.append_record(shm::RecordType::kSchedulerSnapshot, 1, bytes, {}) == Status::kOk);
   REQUIRE(writer.append_record(shm::RecordType::kSeriesUpdate, 0, bytes, {}) == Status::kOk);
   REQUIRE(segment->drain(shm::monotonic_ns()));
-  CHECK(segment->records_drained() == 3);
-  CHECK(segment->malformed_records() == 2);
-  CHECK(segment->gauge_updates() == 0);
+  CHECK(segment->drained().records == 3);
+  CHECK(segment->drained().malformed == 2);
+  CHECK(segment->drained().gauge_updates == 0);
   CHECK_FALSE(segment->scheduler().present);
   CHECK_FALSE(segment->ring_corrupt());
   CHECK(segment->ring_fault() == rankstat::SegmentFault::kNone);
@@ -162,8 +162,8 @@ TEST_CASE("a ring that wraps many times is drained record by record without gaps
     if (i % 7 == 0) REQUIRE(segment->drain(shm::monotonic_ns()));
   }
   REQUIRE(segment->drain(shm::monotonic_ns()));
-  CHECK(segment->records_drained() == 500);
-  CHECK(segment->sequence_gaps() == 0);
+  CHECK(segment->drained().records == 500);
+  CHECK(segment->drained().sequence_gaps == 0);
   CHECK(segment->scheduler().fixed.num_running_reqs == 500);
   CHECK(writer.dropped_records() == 0);
 }
@@ -178,10 +178,10 @@ TEST_CASE("a full ring's drops are noticed by the next drain only", "[rank_segme
   for (int i = 0; i < 1000 && status == Status::kOk; ++i) status = writer.report_scheduler(snapshot);
   REQUIRE(status == Status::kRingFull);
   REQUIRE(segment->drain(shm::monotonic_ns()));
-  CHECK(segment->dropped_before_last_drain());
-  CHECK(segment->last_drain_fill() > 0.5);
+  CHECK(segment->drained().dropped_before_last);
+  CHECK(segment->drained().last_fill > 0.5);
   REQUIRE(segment->drain(shm::monotonic_ns()));
-  CHECK_FALSE(segment->dropped_before_last_drain());
+  CHECK_FALSE(segment->drained().dropped_before_last);
   CHECK(segment->producer().dropped_records == 1);
 }
 
@@ -204,7 +204,7 @@ TEST_CASE("a daemon attaching after another drained the ring still sees the newe
   REQUIRE(after_restart->scheduler().present);
   CHECK(after_restart->scheduler().fixed.num_queue_reqs == 42);
   REQUIRE(after_restart->drain(shm::monotonic_ns()));
-  CHECK(after_restart->records_drained() == 0);  // recovered by peeking, not drained twice
+  CHECK(after_restart->drained().records == 0);  // recovered by peeking, not drained twice
 }
 
 TEST_CASE("counters, histograms and summaries are read from the cumulative block with their totals",

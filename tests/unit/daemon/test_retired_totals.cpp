@@ -4,16 +4,21 @@
 // state files without losing the state it can keep.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aggregation.hpp"
@@ -224,7 +229,7 @@ TEST_CASE("a corrupted state file is refused and left for inspection, and integr
     std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
     checkpoints[live].integrals["field:num_queue_reqs"] = rankstat::IntegralCheckpoint{25.0, 5.0, 1000};
     std::string error;
-    REQUIRE(before.save_checkpoints(checkpoints, true, error));
+    REQUIRE(before.checkpoints().save(checkpoints, true, error));
   }
   const std::string path = state.path() + "/retired-totals.json";
   const std::string garbage = "{\"version\": 1, \"generations\": [[\"x\"";  // cut short
@@ -237,7 +242,7 @@ TEST_CASE("a corrupted state file is refused and left for inspection, and integr
   CHECK(after.series() == 0);
   CHECK(after.generations() == 0);
   CHECK(rankstat::testkit::read_file(path) == garbage);  // kept for the operator
-  const auto checkpoints = after.take_checkpoints(live);
+  const auto checkpoints = after.checkpoints().take(live);
   REQUIRE(checkpoints.count("field:num_queue_reqs") == 1);
   CHECK(checkpoints.at("field:num_queue_reqs").integral == 25.0);
 }
@@ -260,8 +265,9 @@ TEST_CASE("forged entries of a state file are dropped and counted, the valid one
     return boost::json::object{
         {"family", std::move(family)}, {"labels", std::move(labels)}, {"value", value}};
   };
-  counters.emplace_back(forged("engine:evil\n# HELP injected", {}, 1));  // a newline in the name
-  counters.emplace_back(forged("engine:negative", {}, -5));              // counters never go down
+  // A NUL in the name (a newline is a name character now, written escaped or quoted).
+  counters.emplace_back(forged(std::string("engine:evil\0\n# HELP injected", 28), {}, 1));
+  counters.emplace_back(forged("engine:negative", {}, -5));  // counters never go down
   counters.emplace_back(forged("engine:reserved", {boost::json::array{"__name__", "x"}}, 1));
   doc["histograms"].as_array().emplace_back(boost::json::object{{"family", "engine:unordered"},
                                                                 {"labels", boost::json::array{}},
@@ -323,7 +329,7 @@ TEST_CASE(
     std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
     checkpoints[live].totals = totals;
     checkpoints[folded].totals = totals;
-    REQUIRE(before.save_checkpoints(checkpoints, true, error));
+    REQUIRE(before.checkpoints().save(checkpoints, true, error));
     // dp1 dies and is folded and persisted; the daemon stops before its next checkpoint, which would no
     // longer have carried it.
     before.fold(folded, totals);
@@ -334,7 +340,9 @@ TEST_CASE(
   const std::string path = state.path() + "/integrals.json";
   boost::json::object doc = boost::json::parse(rankstat::testkit::read_file(path)).as_object();
   auto& types = doc["types"].as_array();
-  types.emplace_back(boost::json::array{"engine:evil\n# HELP injected", "", 0, boost::json::array{}});
+  // A newline is a name character now (any UTF-8 text is, written escaped or quoted); a NUL is not.
+  constexpr std::string_view kForged("engine:evil\0\n# HELP injected", 28);
+  types.emplace_back(boost::json::array{boost::json::string(kForged), "", 0, boost::json::array{}});
   const std::size_t evil = types.size() - 1;
   for (auto& generation : doc["generations"].as_array())
     generation.as_object()["counters"].as_array().emplace_back(boost::json::array{evil, 0, 1.0});
@@ -344,7 +352,7 @@ TEST_CASE(
   REQUIRE(after.load(error));
   CHECK(after.invalid_entries() == 2);  // one per generation entry
   // dp1's checkpoint is dropped: the retired totals hold it already.
-  REQUIRE(after.unclaimed_totals() == std::vector<RetiredTotals::GenerationKey>{live});
+  REQUIRE(after.checkpoints().unclaimed_totals() == std::vector<RetiredTotals::GenerationKey>{live});
   after.fold_unclaimed(live);
   after.fold_unclaimed(live);  // never twice
   CHECK(after.holds(live));
@@ -358,7 +366,8 @@ TEST_CASE(
 
   RetiredTotals reloaded(state.path());
   REQUIRE(reloaded.load(error));
-  CHECK(reloaded.unclaimed_totals().empty());  // both generations of the checkpoint are retired now
+  // Both generations of the checkpoint are retired now.
+  CHECK(reloaded.checkpoints().unclaimed_totals().empty());
   CHECK(counter_value(contributed(reloaded), "engine:requests") == 8);
 
   // A generation that is opened claims its checkpoint: its integrals continue, its totals are read from
@@ -370,13 +379,13 @@ TEST_CASE(
     std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
     checkpoints[opened].totals = totals;
     checkpoints[opened].integrals["field:num_queue_reqs"] = rankstat::IntegralCheckpoint{25.0, 5.0, 1000};
-    REQUIRE(before.save_checkpoints(checkpoints, true, error));
+    REQUIRE(before.checkpoints().save(checkpoints, true, error));
   }
   RetiredTotals restarted(other.path());
   REQUIRE(restarted.load(error));
-  REQUIRE(restarted.unclaimed_totals().size() == 1);
-  CHECK(restarted.take_checkpoints(opened).count("field:num_queue_reqs") == 1);
-  CHECK(restarted.unclaimed_totals().empty());
+  REQUIRE(restarted.checkpoints().unclaimed_totals().size() == 1);
+  CHECK(restarted.checkpoints().take(opened).count("field:num_queue_reqs") == 1);
+  CHECK(restarted.checkpoints().unclaimed_totals().empty());
   CHECK(restarted.series() == 0);
 }
 
@@ -444,4 +453,248 @@ TEST_CASE("a checkpoint is written again only when what a scrape serves moved, a
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text.find("\"counters\":[[0,0,7]]") != std::string::npos);
+}
+
+namespace {
+
+// The counter, histogram and summary families of a rendered exposition, each as its HELP, TYPE and sample
+// lines: what must never go backwards, so what the retired totals must serve exactly as the scrape did.
+std::map<std::string, std::string> cumulative_families(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string name;
+  std::string block;
+  bool cumulative = false;
+  const auto flush = [&] {
+    if (!name.empty() && cumulative) out[name] = block;
+    name.clear();
+    block.clear();
+    cumulative = false;
+  };
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.starts_with("# HELP ")) {
+      flush();
+      name = line.substr(7, line.find(' ', 7) - 7);
+    } else if (line.starts_with("# TYPE ")) {
+      for (const char* type : {" counter", " histogram", " summary"}) cumulative |= line.ends_with(type);
+    }
+    block += line + "\n";
+  }
+  flush();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a retired generation's totals are what its last scrape served", "[retired_totals]") {
+  TempDir shm("rankstat-contribution-shm");
+  TempDir state("rankstat-contribution-state");
+  rankstat::ReporterOptions options;
+  options.shm_dir = shm.path();
+  options.identity.instance = "contribution";
+  options.identity.extra_labels = {{"zone", "a\"b\\c\nd"}};
+  options.geometry.ring_bytes = 64 * 1024;
+  options.geometry.series_capacity = 32;
+  options.geometry.bounds_capacity = 64;
+  options.geometry.values_capacity = 256;
+  Reporter writer;
+  REQUIRE(writer.open(options) == Status::kOk);
+  // Every kind of series: counters with the identity labels, with escaped labels of their own, and with
+  // their own labels only; a histogram; a summary; a gauge of every mode (one integrated over time).
+  const shm::LabelPairs escaped = {{"path", "C:\\tmp\n\"x\""}};
+  const auto add = [&](shm::SeriesKind kind, std::string family, const shm::LabelPairs* labels = nullptr,
+                       std::uint32_t flags = 0, shm::GaugeMode mode = shm::GaugeMode::kSum,
+                       std::span<const double> bounds = {}) {
+    Reporter::SeriesSpec spec;
+    spec.kind = kind;
+    spec.mode = mode;
+    spec.flags = flags;
+    spec.family = family;
+    const std::string help = "Help of " + family + " with \\ and\nnewline.";
+    spec.help = help;
+    spec.labels = labels;
+    spec.bounds = bounds;
+    std::uint32_t id = 0;
+    INFO(family);
+    REQUIRE(writer.register_series(spec, id) == Status::kOk);
+    return id;
+  };
+  const std::uint32_t requests = add(shm::SeriesKind::kCounter, "engine:requests_total");
+  const std::uint32_t paths = add(shm::SeriesKind::kCounter, "engine:paths_total", &escaped);
+  const std::uint32_t own =
+      add(shm::SeriesKind::kCounter, "engine:own_total", &escaped, shm::kSeriesWithoutIdentityLabels);
+  static constexpr std::array<double, 3> kBounds{0.1, 1.0, 10.0};
+  const std::uint32_t latency =
+      add(shm::SeriesKind::kHistogram, "engine:latency_seconds", &escaped, 0, shm::GaugeMode::kSum, kBounds);
+  const std::uint32_t size = add(shm::SeriesKind::kSummary, "engine:size_bytes");
+  REQUIRE(writer.counter_add(requests, 7) == Status::kOk);
+  REQUIRE(writer.counter_add(paths, 0.1) == Status::kOk);
+  REQUIRE(writer.counter_add(paths, 0.2) == Status::kOk);
+  REQUIRE(writer.counter_add(own, 3) == Status::kOk);
+  for (const double v : {0.05, 0.5, 5.0, 50.0}) REQUIRE(writer.histogram_observe(latency, v) == Status::kOk);
+  REQUIRE(writer.histogram_observe(size, 1234) == Status::kOk);
+  for (const shm::GaugeMode mode :
+       {shm::GaugeMode::kAll, shm::GaugeMode::kLiveAll, shm::GaugeMode::kSum, shm::GaugeMode::kLiveSum,
+        shm::GaugeMode::kMin, shm::GaugeMode::kLiveMin, shm::GaugeMode::kMax, shm::GaugeMode::kLiveMax,
+        shm::GaugeMode::kMostRecent, shm::GaugeMode::kLiveMostRecent}) {
+    const std::string family = "engine:gauge_" + std::string(shm::gauge_mode_name(mode));
+    REQUIRE(writer.gauge_set(add(shm::SeriesKind::kGauge, family, &escaped, 0, mode), 2) == Status::kOk);
+  }
+  const std::uint32_t queue =
+      add(shm::SeriesKind::kGauge, "engine:queue", nullptr, 0, shm::GaugeMode::kMostRecent);
+
+  RetiredTotals retired(state.path());
+  std::string error;
+  REQUIRE(retired.load(error));
+  rankstat::RegistryOptions registry_options = Daemon::options(shm);
+  registry_options.instance_label = "engine_instance";
+  registry_options.integrals.families = {"sglang:num_queue_reqs", "engine:queue"};
+  registry_options.integrals.peak_window_ns = 60'000'000'000ull;
+  rankstat::SegmentRegistry registry(registry_options, retired);
+  REQUIRE(registry.scan(shm::monotonic_ns()) == 1);
+  // The snapshot record's fields (one integrated too) and the integrated series, over some time.
+  shm::SchedulerSnapshot snapshot{};
+  snapshot.num_running_reqs = 3;
+  snapshot.num_queue_reqs = 40;
+  REQUIRE(writer.report_scheduler(snapshot) == Status::kOk);
+  REQUIRE(writer.gauge_set(queue, 40) == Status::kOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  snapshot.num_queue_reqs = 0;
+  REQUIRE(writer.report_scheduler(snapshot) == Status::kOk);
+  REQUIRE(writer.gauge_set(queue, 0) == Status::kOk);
+  writer.close();
+
+  rankstat::FamilySet set;
+  const auto scrape = [&](RetiredTotals& totals, rankstat::SegmentRegistry& from) {
+    const std::uint64_t now = shm::monotonic_ns();
+    from.drain_all(now);
+    from.refresh_cumulative();
+    from.settle_integrals(now);
+    rankstat::CollectOptions collect;
+    collect.now_ns = now;
+    collect.instance_label = "engine_instance";
+    collect.integrals = &from.integrals();
+    rankstat::collect_engine_metrics(from.generations(), collect, set);
+    totals.contribute(set, from.retired_families_left_out());
+    std::string text;
+    set.render(text);
+    return text;
+  };
+  // The last scrape of the live generation (its writer has closed; the liveness pass has not seen it).
+  const std::string before_text = scrape(retired, registry);
+  INFO(before_text);
+  const auto before = cumulative_families(before_text);
+  for (const char* family :
+       {"engine:requests_total", "engine:paths_total", "engine:own_total", "engine:latency_seconds",
+        "engine:size_bytes", "engine:queue_time_weighted_seconds_total",
+        "sglang:num_queue_reqs_time_weighted_seconds_total"}) {
+    CHECK(before.count(family) == 1);
+  }
+  CHECK(before_text.find("engine:gauge_livemostrecent") != std::string::npos);
+  CHECK(before_text.find("sglang:num_running_reqs") != std::string::npos);
+
+  // Closed, folded, retired (no grace): the segment is gone and the retired totals serve it.
+  CHECK(registry.check_liveness(shm::monotonic_ns(), std::chrono::seconds(30)) == 1);
+  CHECK(registry.retire_expired(shm::monotonic_ns() + 1'000'000) == 1);
+  CHECK(registry.generations().empty());
+  const std::string after_text = scrape(retired, registry);
+  INFO(after_text);
+  CHECK(cumulative_families(after_text) == before);
+  CHECK(after_text.find("engine:gauge_") == std::string::npos);
+
+  // And after a daemon restart, from the state file.
+  RetiredTotals restarted(state.path());
+  REQUIRE(restarted.load(error));
+  CHECK(restarted.invalid_entries() == 0);
+  rankstat::SegmentRegistry restarted_registry(registry_options, restarted);
+  restarted_registry.scan(shm::monotonic_ns());
+  CHECK(cumulative_families(scrape(restarted, restarted_registry)) == before);
+}
+
+TEST_CASE(
+    "a dead process's NaN and +Inf totals stay in the retired totals, their state file and a checkpoint, "
+    "and no other string stands for a number",
+    "[retired_totals]") {
+  TempDir state("rankstat-retired-state");
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const RetiredTotals::GenerationKey gone{"rankstat.a.scheduler.dp0", 11};
+  const RetiredTotals::GenerationKey later{"rankstat.a.scheduler.dp0", 12};
+  const RetiredTotals::GenerationKey live{"rankstat.a.scheduler.dp1", 13};
+  std::string error;
+  {
+    RetiredTotals before(state.path());
+    REQUIRE(before.load(error));
+    before.add_counter(gone, "engine:inf_total", {}, inf);
+    before.add_counter(gone, "engine:nan_total", {}, nan);
+    before.add_histogram(gone, "engine:latency_seconds", {}, {1.0}, {1, 1}, -inf);
+    before.mark_retired(gone);
+    // A later generation's finite counts do not bring the totals back: +Inf + 5 is +Inf, as in the
+    // sum prometheus_client's collector makes of the two files.
+    before.add_counter(later, "engine:inf_total", {}, 5);
+    before.add_counter(later, "engine:nan_total", {}, 5);
+    before.mark_retired(later);
+    REQUIRE(before.save(error));
+    const auto families = contributed(before);
+    CHECK(counter_value(families, "engine:inf_total") == inf);
+    CHECK(std::isnan(counter_value(families, "engine:nan_total")));
+    // A live generation's totals, checkpointed.
+    rankstat::CumulativeTotals totals;
+    const auto labels = std::make_shared<const Labels>();
+    totals.counters.push_back({"engine:checkpointed_total", "", labels, inf});
+    totals.histograms.push_back({"engine:checkpointed_seconds", "", labels, {1.0}, {0, 1}, nan});
+    std::map<RetiredTotals::GenerationKey, RetiredTotals::LiveCheckpoint> checkpoints;
+    checkpoints[live].totals = totals;
+    REQUIRE(before.checkpoints().save(checkpoints, true, error));
+  }
+  const std::string path = state.path() + "/retired-totals.json";
+  const std::string text = rankstat::testkit::read_file(path);
+  CHECK(text.find(R"("value":"+Inf")") != std::string::npos);
+  CHECK(text.find(R"("value":"NaN")") != std::string::npos);
+  CHECK(text.find(R"("sum":"-Inf")") != std::string::npos);
+  const std::string checkpoint = rankstat::testkit::read_file(state.path() + "/integrals.json");
+  CHECK(checkpoint.find(R"(,"+Inf"])") != std::string::npos);
+  CHECK(checkpoint.find(R"(,"NaN",[0,1]])") != std::string::npos);
+
+  // A daemon restart: the state file gives them back, and so does the checkpoint of the live generation
+  // (gone while no daemon ran).
+  RetiredTotals after(state.path());
+  REQUIRE(after.load(error));
+  CHECK(after.invalid_entries() == 0);
+  REQUIRE(after.checkpoints().unclaimed_totals() == std::vector<RetiredTotals::GenerationKey>{live});
+  after.fold_unclaimed(live);
+  const auto families = contributed(after);
+  CHECK(counter_value(families, "engine:inf_total") == inf);
+  CHECK(std::isnan(counter_value(families, "engine:nan_total")));
+  const auto* latency = find_family(families, "engine:latency_seconds");
+  REQUIRE(latency != nullptr);
+  CHECK(latency->metric.at(0).histogram.sample_sum == -inf);
+  CHECK(counter_value(families, "engine:checkpointed_total") == inf);
+  const auto* checkpointed = find_family(families, "engine:checkpointed_seconds");
+  REQUIRE(checkpointed != nullptr);
+  CHECK(std::isnan(checkpointed->metric.at(0).histogram.sample_sum));
+
+  // Only those three strings: any other spelling where a number belongs refuses the file.
+  for (const std::string spelling : {"inf", "Infinity", "nan", "+inf", "1e999", ""}) {
+    std::string forged = text;
+    const std::string from = R"("value":"+Inf")";
+    forged.replace(forged.find(from), from.size(), "\"value\":\"" + spelling + "\"");
+    write_text(path, forged);
+    RetiredTotals refused(state.path());
+    INFO(spelling);
+    CHECK_FALSE(refused.load(error));
+    CHECK(refused.series() == 0);
+  }
+  // A negative counter total stays refused, -Inf included (a counter never takes a negative amount).
+  std::string negative = text;
+  const std::string from = R"("value":"+Inf")";
+  negative.replace(negative.find(from), from.size(), R"("value":"-Inf")");
+  write_text(path, negative);
+  RetiredTotals refused(state.path());
+  REQUIRE(refused.load(error));
+  CHECK(refused.invalid_entries() == 1);
+  CHECK(find_family(contributed(refused), "engine:inf_total") == nullptr);
 }

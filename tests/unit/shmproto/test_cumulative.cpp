@@ -208,13 +208,14 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
     return writer.register_series(shm::SeriesKind::kHistogram, shm::GaugeMode::kAll, "h", {}, bounds, id);
   };
 
+  // Names are any non-empty UTF-8 text without NUL (prometheus_client 0.22+); label names not `__…`.
   CHECK(counter("") == shm::RegisterStatus::kInvalid);
-  CHECK(counter("1abc") == shm::RegisterStatus::kInvalid);
-  CHECK(counter("a-b") == shm::RegisterStatus::kInvalid);
-  CHECK(counter("a b") == shm::RegisterStatus::kInvalid);
+  CHECK(counter("a\xFF") == shm::RegisterStatus::kInvalid);
+  CHECK(counter("\xED\xA0\x80") == shm::RegisterStatus::kInvalid);  // a surrogate
+  CHECK(counter(std::string("a\0b", 3)) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"__reserved", "v"}}) == shm::RegisterStatus::kInvalid);
-  CHECK(counter("ok", {{"1st", "v"}}) == shm::RegisterStatus::kInvalid);
-  CHECK(counter("ok", {{"a:b", "v"}}) == shm::RegisterStatus::kInvalid);
+  CHECK(counter("ok", {{"\xC0\x80", "v"}}) == shm::RegisterStatus::kInvalid);  // overlong NUL
+  CHECK(counter("ok", {{std::string("a\0", 2), "v"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"", "v"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"name", "\xC3"}}) == shm::RegisterStatus::kInvalid);
   CHECK(counter("ok", {{"name", "\xED\xA0\x80"}}) == shm::RegisterStatus::kInvalid);  // a surrogate
@@ -241,6 +242,13 @@ TEST_CASE("Invalid names, labels, bounds and modes are rejected and counted as r
     CHECK(counter(std::string(500, 'a')) == shm::RegisterStatus::kOk);  // no length limit but the area's
     CHECK(counter("ok", {{"_x", ""}, {"y9", "any value \xe2\x9c\x93"}}) == shm::RegisterStatus::kOk);
     CHECK(counter("ok", {{std::string(300, 'l'), "v"}}) == shm::RegisterStatus::kOk);
+    // Beyond the classic rules: what Prometheus 3 and prometheus_client 0.22+ accept.
+    CHECK(counter("1abc") == shm::RegisterStatus::kOk);
+    CHECK(counter("my.metric") == shm::RegisterStatus::kOk);
+    CHECK(counter("a b-c/\"d\"\n") == shm::RegisterStatus::kOk);
+    CHECK(counter("gr\xC3\xB6\xC3\x9F"
+                  "e",
+                  {{"http.method", "v"}, {"1st", "v"}, {"a:b", "v"}}) == shm::RegisterStatus::kOk);
     CHECK(histogram(std::vector<double>{-1, 0, 1e300}) == shm::RegisterStatus::kOk);
     CHECK(failures(block) == 18);
   }
@@ -408,8 +416,8 @@ TEST_CASE("The reader rejects descriptors it cannot trust", "[cumulative]") {
     }
     CHECK_FALSE(reader.read_descriptor(counter));
   }
-  SECTION("a family name that breaks the naming rule") {
-    block.region().text[c.family_offset + 1] = ' ';
+  SECTION("a family name that is not UTF-8 text") {
+    block.region().text[c.family_offset + 1] = static_cast<char>(0xFF);
     CHECK_FALSE(reader.read_descriptor(counter));
   }
   SECTION("a label list whose lengths point past its end") {

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,30 +34,6 @@
 #include "rankstat/shmproto/ring.hpp"
 
 namespace rankstat::shm {
-
-// Family names follow the Prometheus rule [a-zA-Z_:][a-zA-Z0-9_:]*; label names [a-zA-Z_][a-zA-Z0-9_]*.
-// Any length, as prometheus_client accepts them: the text area is the only bound.
-inline bool is_valid_metric_name(std::string_view name) {
-  if (name.empty()) return false;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
-    const bool digit = c >= '0' && c <= '9';
-    if (!(alpha || (i > 0 && digit))) return false;
-  }
-  return true;
-}
-
-inline bool is_valid_label_name(std::string_view name) {
-  if (name.empty() || name.starts_with("__")) return false;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-    const bool digit = c >= '0' && c <= '9';
-    if (!(alpha || (i > 0 && digit))) return false;
-  }
-  return true;
-}
 
 // Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF): what Prometheus accepts in a
 // label value or a HELP text. A series with anything else is refused, never exported half-valid.
@@ -97,6 +74,55 @@ inline bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+// The classic names, which every Prometheus version and scraper reads unquoted: metric names
+// [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]*. rankstatd writes other names escaped or
+// quoted as the scrape negotiated (daemon/src/text_exposition.hpp); a few operator-set names (constant
+// labels, --label.instance) must be classic.
+inline bool is_classic_metric_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+    const bool digit = c >= '0' && c <= '9';
+    if (!(alpha || (i > 0 && digit))) return false;
+  }
+  return true;
+}
+
+inline bool is_classic_label_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!(alpha || (i > 0 && digit))) return false;
+  }
+  return true;
+}
+
+// The names a series may have, as prometheus_client (0.22 and later) accepts them by default: any
+// non-empty strict UTF-8 text (`my.metric`, `http.method`); label names starting with "__" stay
+// reserved. One refusal of rankstat's own: no NUL character, which the text format cannot escape (and the
+// header's extra labels are NUL-delimited). Any length: the text area is the only bound. Checked by the
+// writer at registration and again by every reader of shared memory and of the retired-totals state.
+inline bool is_valid_metric_name(std::string_view name) {
+  return !name.empty() && name.find('\0') == std::string_view::npos && is_valid_utf8(name);
+}
+
+inline bool is_valid_label_name(std::string_view name) {
+  return is_valid_metric_name(name) && !name.starts_with("__");
+}
+
+// How many bytes the UTF-8 sequence that starts with `lead` takes (0: `lead` cannot start one). Whether the
+// sequence is whole and well-formed is is_valid_utf8's to say.
+constexpr std::size_t utf8_sequence_length(unsigned char lead) {
+  return lead < 0x80                    ? 1
+         : lead >= 0xC2 && lead <= 0xDF ? 2
+         : lead >= 0xE0 && lead <= 0xEF ? 3
+         : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                        : 0;
+}
+
 // `text` with each byte that is not part of a strict UTF-8 sequence replaced by U+FFFD: header strings
 // are a writer's bytes, and a JSON document or a log line built from them must stay valid.
 inline std::string replace_invalid_utf8(std::string_view text) {
@@ -105,12 +131,7 @@ inline std::string replace_invalid_utf8(std::string_view text) {
   out.reserve(text.size() + 8);
   std::size_t i = 0;
   while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const std::size_t length = lead < 0x80                    ? 1
-                               : lead >= 0xC2 && lead <= 0xDF ? 2
-                               : lead >= 0xE0 && lead <= 0xEF ? 3
-                               : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                              : 0;
+    const std::size_t length = utf8_sequence_length(static_cast<unsigned char>(text[i]));
     if (length != 0 && i + length <= text.size() && is_valid_utf8(text.substr(i, length))) {
       out.append(text.substr(i, length));
       i += length;
@@ -124,21 +145,86 @@ inline std::string replace_invalid_utf8(std::string_view text) {
 
 using LabelPairs = std::vector<std::pair<std::string, std::string>>;
 
+// Why a series cannot be registered as given, decided here once: the writer refuses such a series
+// (RegisterStatus::kInvalid) and keeps the reason (CumulativeWriter::last_refusal), which the C ABI turns
+// into its message; readers, which trust nothing they read, apply the label part again (labels_allowed).
+// X(enumerator, text): the text of a label's reason follows "label '<name>' ".
+// clang-format off
+#define RANKSTAT_SERIES_REFUSALS(X)                                                                     \
+  X(kNone, "")                                                                                          \
+  X(kFamilyName, "the family name must be non-empty UTF-8 text without NUL")                            \
+  X(kKind, "the kind is not a series kind")                                                             \
+  X(kGaugeMode, "the gauge mode is not a multiprocess mode")                                            \
+  X(kBoundsWithoutHistogram, "only histograms have bucket bounds")                                      \
+  X(kLabelName, "is not a valid label name (non-empty UTF-8 text without NUL, not starting with __)")   \
+  X(kLabelLe, "is reserved for histogram buckets")                                                      \
+  X(kLabelQuantile, "is reserved for summaries")                                                        \
+  X(kLabelTwice, "is given twice")                                                                      \
+  X(kLabelValue, "has a value that is not valid UTF-8")                                                 \
+  X(kHelp, "the help text is not valid UTF-8")                                                          \
+  X(kTooManyBounds, "more bucket bounds than a histogram may have")                                     \
+  X(kBoundsOrder, "bucket bounds must be finite and strictly increasing")
+// clang-format on
+
+RANKSTAT_DEFINE_ENUM_WITH_TEXTS(SeriesRefusal, kSeriesRefusalTexts, RANKSTAT_SERIES_REFUSALS)
+
+inline constexpr std::string_view series_refusal_text(SeriesRefusal refusal) {
+  const auto index = static_cast<std::size_t>(refusal);
+  return index < std::size(kSeriesRefusalTexts) ? kSeriesRefusalTexts[index] : std::string_view("unknown");
+}
+
+// Whether `refusal` is about one label (SeriesCheck::label names it).
+inline constexpr bool is_label_refusal(SeriesRefusal refusal) {
+  return refusal >= SeriesRefusal::kLabelName && refusal <= SeriesRefusal::kLabelValue;
+}
+
+// The first reason found, and for a label's reason the position of that label.
+struct SeriesCheck {
+  SeriesRefusal refusal = SeriesRefusal::kNone;
+  std::size_t label = 0;
+  explicit operator bool() const { return refusal != SeriesRefusal::kNone; }
+};
+
 // What a series of `kind` may carry as its own labels: valid names, each once, none the exposition
-// reserves for the kind (`le` on histograms, `quantile` on summaries), values in UTF-8. Checked by the
-// writer at registration and again by every reader, which trusts nothing it reads.
-inline bool labels_allowed(SeriesKind kind, const LabelPairs& labels) {
+// reserves for the kind (`le` on histograms, `quantile` on summaries), values in UTF-8.
+inline SeriesCheck check_series_labels(SeriesKind kind, const LabelPairs& labels) {
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const auto& [name, value] = labels[i];
-    if (!is_valid_label_name(name) || !is_valid_utf8(value)) return false;
-    if ((kind == SeriesKind::kHistogram && name == "le") ||
-        (kind == SeriesKind::kSummary && name == "quantile"))
-      return false;
+    const auto refused = [i](SeriesRefusal refusal) { return SeriesCheck{refusal, i}; };
+    if (!is_valid_label_name(name)) return refused(SeriesRefusal::kLabelName);
+    if (kind == SeriesKind::kHistogram && name == "le") return refused(SeriesRefusal::kLabelLe);
+    if (kind == SeriesKind::kSummary && name == "quantile") return refused(SeriesRefusal::kLabelQuantile);
     for (std::size_t j = 0; j < i; ++j) {
-      if (labels[j].first == name) return false;
+      if (labels[j].first == name) return refused(SeriesRefusal::kLabelTwice);
     }
+    if (!is_valid_utf8(value)) return refused(SeriesRefusal::kLabelValue);
   }
-  return true;
+  return {};
+}
+
+// Checked by the writer at registration and again by every reader, which trusts nothing it reads.
+inline bool labels_allowed(SeriesKind kind, const LabelPairs& labels) {
+  return !check_series_labels(kind, labels);
+}
+
+// Everything register_series checks before it looks at capacity. `bounds` are a histogram's finite
+// upper bounds, strictly increasing (the +Inf bucket is implicit).
+inline SeriesCheck check_series(SeriesKind kind, GaugeMode mode, std::string_view family,
+                                const LabelPairs& labels, std::span<const double> bounds,
+                                std::string_view help) {
+  if (!is_valid_metric_name(family)) return {SeriesRefusal::kFamilyName};
+  if (static_cast<std::uint8_t>(kind) < 1 || static_cast<std::uint8_t>(kind) > kSeriesKindMax)
+    return {SeriesRefusal::kKind};
+  if (static_cast<std::uint8_t>(mode) >= kGaugeModeCount) return {SeriesRefusal::kGaugeMode};
+  if (kind != SeriesKind::kHistogram && !bounds.empty()) return {SeriesRefusal::kBoundsWithoutHistogram};
+  if (const SeriesCheck label = check_series_labels(kind, labels)) return label;
+  if (!is_valid_utf8(help)) return {SeriesRefusal::kHelp};
+  if (bounds.size() > kMaxHistogramBuckets) return {SeriesRefusal::kTooManyBounds};
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
+      return {SeriesRefusal::kBoundsOrder};
+  }
+  return {};
 }
 
 // A series' label list in the text area (layout.hpp, SeriesDescriptor): per label a u32 name length,
@@ -190,11 +276,17 @@ inline std::optional<LabelPairs> decode_series_labels(const char* bytes, std::si
 }
 
 // The segment header's extra labels: "name\0value\0...\0" in a fixed field (identity labels, which
-// never hold a NUL). Encodes into `out` (capacity bytes).
+// never hold a NUL). Their names are classic and not `__`-prefixed (an operator's setting on every series,
+// like the daemon's constant labels: segment.hpp identity_label_problem), and a reader holds a header to
+// the same rule. Encodes into `out` (capacity bytes).
+inline bool is_extra_label_name(std::string_view name) {
+  return is_classic_label_name(name) && !name.starts_with("__");
+}
+
 inline bool encode_label_pairs(const LabelPairs& labels, char* out, std::size_t capacity) {
   std::size_t used = 0;
   for (const auto& [name, value] : labels) {
-    if (!is_valid_label_name(name) || value.find('\0') != std::string::npos) return false;
+    if (!is_extra_label_name(name) || value.find('\0') != std::string::npos) return false;
     const std::size_t need = name.size() + 1 + value.size() + 1;
     if (used + need + 1 > capacity) return false;
     std::memcpy(out + used, name.data(), name.size());
@@ -225,7 +317,7 @@ inline std::optional<LabelPairs> decode_label_pairs(const char* bytes, std::size
     const auto value_len = static_cast<std::size_t>(static_cast<const char*>(value_end) - (bytes + pos));
     std::string value(bytes + pos, value_len);
     pos += value_len + 1;
-    if (!is_valid_label_name(name)) return std::nullopt;
+    if (!is_extra_label_name(name)) return std::nullopt;
     labels.emplace_back(std::move(name), std::move(value));
   }
   if (pos >= capacity) return std::nullopt;  // no terminating empty name
@@ -356,6 +448,9 @@ class CumulativeWriter {
 
   // errno of the last reservation that failed (0: none), for the caller's message.
   int last_reserve_error() const { return reserve_error_; }
+  // Why the last registration refused its series (kInvalid), for the caller's message; kNone after one
+  // that was not refused for its name, labels, help, kind, mode or bounds.
+  const SeriesCheck& last_refusal() const { return last_refusal_; }
   // Bytes of region `area` reserved so far (its whole size without a CumulativeSpace).
   std::uint64_t reserved_bytes(CumulativeArea area) const {
     return space_.fd < 0 ? cumulative_area_bytes(geometry_, area)
@@ -364,24 +459,16 @@ class CumulativeWriter {
 
   // Registers a series; on success `out_index` names it for the update calls. `bounds` are the finite
   // upper bounds of a histogram, strictly increasing (the +Inf bucket is implicit). `help` is stored
-  // once per family and text (series of one family share it).
+  // once per family and text (series of one family share it). A series check_series refuses is kInvalid,
+  // its reason in last_refusal().
   RegisterStatus register_series(SeriesKind kind, GaugeMode mode, std::string_view family,
                                  const LabelPairs& labels, std::span<const double> bounds,
                                  std::uint32_t& out_index, std::uint32_t flags = 0,
                                  std::string_view help = {}) {
-    if (!is_valid_metric_name(family) || bounds.size() > kMaxHistogramBuckets ||
-        static_cast<std::uint8_t>(kind) < 1 || static_cast<std::uint8_t>(kind) > kSeriesKindMax ||
-        (kind != SeriesKind::kHistogram && !bounds.empty()) ||
-        static_cast<std::uint8_t>(mode) >= kGaugeModeCount || !labels_allowed(kind, labels) ||
-        !is_valid_utf8(help)) {
-      return fail(RegisterStatus::kInvalid);
-    }
+    last_refusal_ = check_series(kind, mode, family, labels, bounds, help);
+    if (last_refusal_) return fail(RegisterStatus::kInvalid);
     // Texts are bounded by the text area only (u64 sums: a list of huge texts cannot wrap).
     const std::uint64_t label_bytes = encoded_series_label_bytes(labels);
-    for (std::size_t i = 0; i < bounds.size(); ++i) {
-      if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1])))
-        return fail(RegisterStatus::kInvalid);
-    }
     const auto bucket_count = static_cast<std::uint16_t>(bounds.size());
     const std::uint32_t words = series_value_words(kind, bucket_count);
     if (series_count_ >= capacity_series_ || values_used_ + words > capacity_values_) {
@@ -604,6 +691,7 @@ class CumulativeWriter {
   CumulativeSpace space_;
   CumulativeGeometry geometry_{};
   int reserve_error_ = 0;
+  SeriesCheck last_refusal_;
   std::uint32_t capacity_series_ = 0;
   std::uint32_t capacity_bounds_ = 0;
   std::uint32_t capacity_values_ = 0;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace rankstat::shm {
@@ -81,6 +82,15 @@ constexpr bool fields_tile(const FieldInfo (&fields)[N], std::uint64_t total) {
   LIST(T, RANKSTAT_LAYOUT_ASSERT, RANKSTAT_LAYOUT_ASSERT)                                                 \
   inline constexpr FieldInfo k##T##Fields[] = {LIST(T, RANKSTAT_LAYOUT_FIELD, RANKSTAT_LAYOUT_RESERVED)}; \
   static_assert(fields_tile(k##T##Fields, sizeof(T)), #T "'s field list misses a field or leaves a gap");
+
+// An enumeration written as a list X(enumerator, text) and expanded into the enum class `E` (values 0,
+// 1, ... in list order) and its one text table `TEXTS`, indexed by value: a reason or a label added to
+// the list gets its text in the same line, and no switch elsewhere can miss it.
+#define RANKSTAT_ENUM_ENUMERATOR(enumerator, text) enumerator,
+#define RANKSTAT_ENUM_TEXT(enumerator, text) text,
+#define RANKSTAT_DEFINE_ENUM_WITH_TEXTS(E, TEXTS, LIST)           \
+  enum class E : std::uint8_t { LIST(RANKSTAT_ENUM_ENUMERATOR) }; \
+  inline constexpr std::string_view TEXTS[] = {LIST(RANKSTAT_ENUM_TEXT)};
 
 enum class SegmentState : std::uint32_t {
   kInitializing = 0,  // never visible under the final name: creation happens under a temporary name

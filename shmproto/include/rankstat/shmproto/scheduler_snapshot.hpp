@@ -299,20 +299,63 @@ inline constexpr ScalarField kSchedulerScalarFields[] = {
 
 #undef RANKSTAT_SNAPSHOT_FIELD
 
-// The fixed fields, the scalar table and the routing-key bins tile the record: a field added to the
-// struct but not to the table, or a gap, does not compile.
+// The record's other members: its fixed head and the routing-key bins, which a binding packs by name
+// beside the scalar fields (the C ABI's rankstat_scheduler_aux_field). X(member, pinned offset, type,
+// element count); the types continue FieldType's numbering, so one number says a member's type.
+enum class AuxType : std::uint8_t { kU32 = 3, kU64 = 4 };
+// clang-format off
+#define RANKSTAT_SNAPSHOT_AUX_MEMBERS(X)                                        \
+  X(report_kind, 0, kU32, 1)                                                    \
+  X(priority_count, 4, kU32, 1)                                                 \
+  X(groups, 8, kU64, 1)                                                         \
+  X(routing_key_running_req_counts, 400, kU64, kRoutingKeyBins)                 \
+  X(routing_key_all_req_counts, 488, kU64, kRoutingKeyBins)
+// clang-format on
+
+struct AuxMember {
+  const char* name;
+  std::uint32_t offset;
+  AuxType type;
+  std::uint32_t count;
+  constexpr std::uint32_t bytes() const { return (type == AuxType::kU32 ? 4u : 8u) * count; }
+};
+
+#define RANKSTAT_SNAPSHOT_AUX_MEMBER(member, offset, type, count) \
+  AuxMember{#member, pinned_offset<offsetof(SchedulerSnapshot, member), offset>(), AuxType::type, count},
+inline constexpr AuxMember kSchedulerAuxMembers[] = {
+    RANKSTAT_SNAPSHOT_AUX_MEMBERS(RANKSTAT_SNAPSHOT_AUX_MEMBER)};
+#undef RANKSTAT_SNAPSHOT_AUX_MEMBER
+
+// The scalar table and the aux members tile the record: a member added to the struct but to neither
+// table, a size that disagrees with the struct, or a gap, does not compile.
 constexpr bool snapshot_fields_tile() {
-  std::uint64_t at = offsetof(SchedulerSnapshot, groups) + sizeof(SchedulerSnapshot::groups);
+  bool covered[sizeof(SchedulerSnapshot)] = {};
+  const auto cover = [&covered](std::uint64_t offset, std::uint64_t bytes) {
+    for (std::uint64_t at = offset; at < offset + bytes; ++at) {
+      if (at >= sizeof(SchedulerSnapshot) || covered[at]) return false;
+      covered[at] = true;
+    }
+    return true;
+  };
   for (const ScalarField& f : kSchedulerScalarFields) {
-    if (f.offset != at) return false;
-    at += 8;  // every scalar is an i64 or an f64
+    if (!cover(f.offset, 8)) return false;  // every scalar is an i64 or an f64
   }
-  if (at != offsetof(SchedulerSnapshot, routing_key_running_req_counts)) return false;
-  at += sizeof(SchedulerSnapshot::routing_key_running_req_counts);
-  if (at != offsetof(SchedulerSnapshot, routing_key_all_req_counts)) return false;
-  return at + sizeof(SchedulerSnapshot::routing_key_all_req_counts) == sizeof(SchedulerSnapshot);
+  for (const AuxMember& m : kSchedulerAuxMembers) {
+    if (!cover(m.offset, m.bytes())) return false;
+  }
+  for (const bool byte : covered) {
+    if (!byte) return false;
+  }
+  return true;
 }
-static_assert(snapshot_fields_tile(), "kSchedulerScalarFields misses a field of SchedulerSnapshot");
+static_assert(snapshot_fields_tile(),
+              "kSchedulerScalarFields and kSchedulerAuxMembers miss, overlap or mis-size a member of "
+              "SchedulerSnapshot");
+#define RANKSTAT_SNAPSHOT_AUX_SIZE(member, offset, type, count) \
+  static_assert(sizeof(SchedulerSnapshot::member) ==            \
+                AuxMember{#member, offset, AuxType::type, count}.bytes());
+RANKSTAT_SNAPSHOT_AUX_MEMBERS(RANKSTAT_SNAPSHOT_AUX_SIZE)
+#undef RANKSTAT_SNAPSHOT_AUX_SIZE
 
 // Whether `field` is part of this report (its optional group, if any, was sent).
 inline bool field_present(const SchedulerSnapshot& s, const ScalarField& field) {

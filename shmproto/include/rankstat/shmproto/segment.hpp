@@ -40,6 +40,7 @@
 #include <utility>
 
 #include "rankstat/shmproto/cumulative.hpp"
+#include "rankstat/shmproto/identity_labels.hpp"
 #include "rankstat/shmproto/layout.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/process.hpp"
@@ -187,11 +188,6 @@ inline std::string quoted_for_message(std::string_view text) {
   return out + "'";
 }
 
-// Labels every identity-labelled series gets from the segment header (daemon/src/aggregation.cpp
-// identity_labels): an extra label may not repeat one.
-inline constexpr std::string_view kIdentityLabelNames[] = {"model_name",  "engine_type", "tp_rank", "pp_rank",
-                                                           "moe_ep_rank", "dp_rank",     "priority"};
-
 // Why the identity strings and extra labels cannot all become Prometheus labels, naming the culprit;
 // nullopt when they can. An extra label may not be reserved: `le` (histogram buckets, SGLang's
 // routing-key gauges), `quantile` (summaries), `pid` (per-process gauges) or a "__" prefix.
@@ -205,15 +201,15 @@ inline std::optional<std::string> identity_label_problem(const SegmentIdentity& 
   for (std::size_t i = 0; i < identity.extra_labels.size(); ++i) {
     const auto& [name, value] = identity.extra_labels[i];
     const std::string label = "extra label " + quoted_for_message(name);
-    if (!is_valid_label_name(name)) {
+    // Classic names only, like the daemon's constant labels: an operator's setting on every series.
+    if (!is_extra_label_name(name)) {
       return label + " is not a valid label name ([a-zA-Z_][a-zA-Z0-9_]*, no \"__\" prefix)";
     }
     if (name == "le" || name == "quantile" || name == "pid") {
       return label + " is reserved (le: histogram buckets, quantile: summaries, pid: per-process gauges)";
     }
-    for (const std::string_view identity_name : kIdentityLabelNames) {
-      if (name == identity_name) return label + " repeats an identity label the segment header sets";
-    }
+    // The labels every identity-labelled series gets from the segment header (identity_labels.hpp).
+    if (is_identity_label_name(name)) return label + " repeats an identity label the segment header sets";
     for (std::size_t j = 0; j < i; ++j) {
       if (identity.extra_labels[j].first == name) return label + " is given twice";
     }
