@@ -160,7 +160,7 @@ def worker_rankstat(which, number, repeat):
                 def _new_child(self, key):
                     sid = reporter.register(kinds[self.kind], self.name, list(zip(self._labelnames, key)),
                                             mode="mostrecent", buckets=BUCKETS)
-                    child = _accel.Value(reporter._handle, sid, self.kind)
+                    child = _accel.Value(reporter.address, sid, self.kind)
                     self._children[key] = child
                     return child
 
@@ -266,6 +266,15 @@ def hot_us(run, method):
     return run["times_us"].get(method)
 
 
+def hot_calls(oracle):
+    """(version, its runs, method, (prom, rankstat, null) figures, (met, which)) per hot call some side timed."""
+    for name, v in oracle["versions"].items():
+        for method in HOT_METHODS:
+            if any(method in v[side]["times_us"] for side in SIDES):
+                figures = tuple(hot_us(v[side], method) for side in SIDES)
+                yield name, v, method, figures, hot_verdict(*figures)
+
+
 def cell(run, method):
     value = hot_us(run, method)
     if value is not None:
@@ -340,17 +349,12 @@ def table(results):
         lines.append(f"| version | method | rankstat | null backend (floor) | {prom} | rankstat / floor | "
                      f"{prom} / rankstat | target | met |")
         lines.append("|---|---|---|---|---|---|---|---|---|")
-        for name, v in oracle["versions"].items():
-            for method in HOT_METHODS:
-                if not any(method in v[side]["times_us"] for side in SIDES):
-                    continue
-                p, o, z = (hot_us(v[side], method) for side in SIDES)
-                met, which = hot_verdict(p, o, z)
-                all_met = all_met and met
-                verdict = f"yes ({'floor and prom' if which == 'both' else which})" if met else "**no**"
-                lines.append(f"| {name} | {method} | {cell(v['rankstat'], method)} | {cell(v['null'], method)} | "
-                             f"{cell(v['prom'], method)} | {ratio(o, z)} | {ratio(p, o)} | {TARGET_TEXT} | "
-                             f"{verdict} |")
+        for name, v, method, (p, o, z), (met, which) in hot_calls(oracle):
+            all_met = all_met and met
+            verdict = f"yes ({'floor and prom' if which == 'both' else which})" if met else "**no**"
+            lines.append(f"| {name} | {method} | {cell(v['rankstat'], method)} | {cell(v['null'], method)} | "
+                         f"{cell(v['prom'], method)} | {ratio(o, z)} | {ratio(p, o)} | {TARGET_TEXT} | "
+                         f"{verdict} |")
         lines.append("")
         lines.append("The floor is Python methods that do nothing: a C extension's methods (rankstat's) can cost "
                      "less than those, so rankstat / floor near or below 1.0 means rankstat adds nothing measurable.")
@@ -394,17 +398,12 @@ def run_bench_rows(results):
         rows.append(f"| SGLang's log_stats / observe_one_finished_request (engine oracle replay --time) | not "
                     f"available: {oracle.get('reason', '-')} | - | - | >= {TARGET:g}x | - |")
         return rows
-    for name, v in oracle["versions"].items():
-        for method in HOT_METHODS:
-            if not any(method in v[side]["times_us"] for side in SIDES):
-                continue
-            p, o, z = (hot_us(v[side], method) for side in SIDES)
-            met, which = hot_verdict(p, o, z)
-            rows.append(f"| SGLang {name} {method} (engine oracle replay --time {oracle['number']}, metric "
-                        f"operations only), us | {cell(v['rankstat'], method)} | null backend (floor) "
-                        f"{cell(v['null'], method)}; {prom} {cell(v['prom'], method)} | {ratio(o, z)} of the floor, "
-                        f"{f'{p / o:.1f}x cheaper than prom' if p and o else 'n/a'} | {TARGET_TEXT} | "
-                        f"{f'yes ({which})' if met else '**no**'} |")
+    for name, v, method, (p, o, z), (met, which) in hot_calls(oracle):
+        rows.append(f"| SGLang {name} {method} (engine oracle replay --time {oracle['number']}, metric "
+                    f"operations only), us | {cell(v['rankstat'], method)} | null backend (floor) "
+                    f"{cell(v['null'], method)}; {prom} {cell(v['prom'], method)} | {ratio(o, z)} of the floor, "
+                    f"{f'{p / o:.1f}x cheaper than prom' if p and o else 'n/a'} | {TARGET_TEXT} | "
+                    f"{f'yes ({which})' if met else '**no**'} |")
     return rows
 
 

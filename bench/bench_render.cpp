@@ -22,8 +22,8 @@
 #include <map>
 #include <memory>
 
-#include "aggregation.hpp"
 #include "bench_metric_set.hpp"
+#include "engine_collect.hpp"
 #include "http/chunked_gzip.hpp"
 #include "http/gzip.hpp"
 #include "rankstat/shmproto/process.hpp"

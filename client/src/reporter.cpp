@@ -74,30 +74,6 @@ std::int64_t resolve_group(const std::string& group) {
 
 }  // namespace
 
-std::string_view status_name(Status status) noexcept {
-  switch (status) {
-    case Status::kOk:
-      return "ok";
-    case Status::kInvalidArgument:
-      return "invalid_argument";
-    case Status::kNoSpace:
-      return "no_space";
-    case Status::kPermission:
-      return "permission";
-    case Status::kIo:
-      return "io";
-    case Status::kRingFull:
-      return "ring_full";
-    case Status::kOversize:
-      return "oversize";
-    case Status::kClosed:
-      return "closed";
-    case Status::kRegistryFull:
-      return "registry_full";
-  }
-  return "unknown";
-}
-
 std::string default_shm_dir() {
   // getenv is not synchronised with setenv; callers read it at open time, not on the hot path.
   const char* configured = std::getenv("RANKSTAT_SHM_DIR");  // NOLINT(concurrency-mt-unsafe): see above

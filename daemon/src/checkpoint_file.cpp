@@ -171,101 +171,33 @@ struct CheckpointFile::Types {
 namespace {
 
 // The "types" and "label_sets" tables of a checkpoint: each series type (family, help, kind, bounds) and
-// each label set is written once and referred to by its index.
+// each label set is written once and referred to by its index. The tables themselves are
+// CheckpointFile::Types, kept from one checkpoint to the next; this is one checkpoint's use of them.
 class CheckpointTables {
  public:
   static constexpr std::size_t kRefused = static_cast<std::size_t>(-1);  // not UTF-8 or not finite
 
-  // `written`: the label sets the previous checkpoint wrote; replaced by those this one writes (finish).
-  CheckpointTables(CheckpointFile::WrittenLabelSets& written, CheckpointFile::Types* types)
-      : written_(written), persistent_types_(types) {
-    if (persistent_types_ != nullptr) persistent_types_->begin();
-  }
+  explicit CheckpointTables(CheckpointFile::Types& types) : types_(types) { types_.begin(); }
 
   // kind: 0 counter, 1 histogram, 2 summary.
   std::size_t type(std::string_view family, std::string_view help, int kind, std::span<const double> bounds,
                    CumulativeTotals::TypeMemo& memo) {
-    if (persistent_types_ != nullptr)
-      return persistent_types_->find(family, help, kind, bounds, memo, kRefused);
-    return type(family, help, kind, bounds);
+    return types_.find(family, help, kind, bounds, memo, kRefused);
   }
   std::size_t label_set(const std::shared_ptr<const Labels>& labels, CumulativeTotals::TypeMemo& memo) {
-    if (persistent_types_ != nullptr) return persistent_types_->find_labels(labels, memo, kRefused);
-    return label_set(labels);
-  }
-  std::size_t type(std::string_view family, std::string_view help, int kind, std::span<const double> bounds) {
-    auto [it, inserted] = types_index_.try_emplace(Type{family, help, kind, bounds}, kRefused);
-    if (!inserted) return it->second;
-    const bool finite = std::all_of(bounds.begin(), bounds.end(), [](double b) { return std::isfinite(b); });
-    if (!finite || !shm::is_valid_utf8(family) || !shm::is_valid_utf8(help)) return kRefused;
-    it->second = types_count_++;
-    types_.append(it->second == 0 ? "[" : ",[");
-    append_json_string(types_, family);
-    types_.push_back(',');
-    append_json_string(types_, help);
-    types_.push_back(',');
-    append_json_number(types_, kind);
-    types_.append(",[");
-    for (std::size_t i = 0; i < bounds.size(); ++i) {
-      if (i != 0) types_.push_back(',');
-      append_json_number(types_, bounds[i]);
-    }
-    types_.append("]]");
-    return it->second;
-  }
-
-  // By identity, not by content (CumulativeLabels keeps the same objects from one checkpoint to the next):
-  // each label set is escaped and checked once while it is written.
-  std::size_t label_set(const std::shared_ptr<const Labels>& labels) {
-    auto [it, inserted] = label_sets_index_.try_emplace(labels.get(), kRefused);
-    if (!inserted) return it->second;
-    CheckpointFile::WrittenLabels& text = next_[labels.get()];
-    if (auto before = written_.find(labels.get()); before != written_.end()) {
-      text = std::move(before->second);  // the same object as last time: the same text
-    } else {
-      text.labels = labels;
-      text.json = labels_text(*labels);
-    }
-    if (text.json.empty()) return kRefused;
-    it->second = label_sets_count_++;
-    if (it->second != 0) label_sets_.push_back(',');
-    label_sets_.append(text.json);
-    return it->second;
+    return types_.find_labels(labels, memo, kRefused);
   }
 
   void finish(std::string& out) {
     out.append(",\"types\":[")
-        .append(persistent_types_ != nullptr ? persistent_types_->text : types_)
+        .append(types_.text)
         .append("],\"label_sets\":[")
-        .append(persistent_types_ != nullptr ? persistent_types_->label_text : label_sets_)
+        .append(types_.label_text)
         .push_back(']');
-    written_ = std::move(next_);
   }
 
  private:
-  struct Type {
-    std::string_view family;
-    std::string_view help;
-    int kind = 0;
-    std::span<const double> bounds;
-    bool operator<(const Type& o) const {
-      if (family != o.family) return family < o.family;
-      if (help != o.help) return help < o.help;
-      if (kind != o.kind) return kind < o.kind;
-      return std::lexicographical_compare(bounds.begin(), bounds.end(), o.bounds.begin(), o.bounds.end());
-    }
-  };
-
-  CheckpointFile::WrittenLabelSets& written_;
-  CheckpointFile::Types* persistent_types_;  // null: a table of this checkpoint only
-  CheckpointFile::WrittenLabelSets next_;
-  // Keys view the checkpoints being written, which outlive the tables.
-  std::map<Type, std::size_t> types_index_;
-  std::unordered_map<const Labels*, std::size_t> label_sets_index_;
-  std::size_t types_count_ = 0;
-  std::size_t label_sets_count_ = 0;
-  std::string types_;
-  std::string label_sets_;
+  CheckpointFile::Types& types_;
 };
 
 // The checkpoint file, written as text directly: it is rewritten before every scrape, and a JSON tree of
@@ -285,9 +217,7 @@ class CheckpointTables {
 // unreadable.
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string& out, CheckpointFile::WrittenLabelSets& written,
-                   CheckpointFile::Types* types = nullptr)
-      : out_(out), tables_(written, types) {
+  CheckpointWriter(std::string& out, CheckpointFile::Types& types) : out_(out), tables_(types) {
     out_.clear();
     out_.append("{\"version\":").append(std::to_string(kStateVersion)).append(",\"generations\":[");
   }
@@ -482,7 +412,7 @@ bool CheckpointFile::save_live(const std::map<GenerationKey, const LiveCheckpoin
   std::string text;
   text.reserve(last_text_.size() + last_text_.size() / 8);
   if (!types_) types_ = std::make_shared<Types>();
-  CheckpointWriter writer(text, written_labels_, types_.get());
+  CheckpointWriter writer(text, *types_);
   for (const auto& [key, checkpoint] : live) {
     if (!checkpoint->integrals.empty() || checkpoint->totals.has_value()) writer.generation(key, *checkpoint);
   }

@@ -62,14 +62,6 @@ class CheckpointFile {
   const CumulativeTotals* totals_of(const GenerationKey& generation) const;
   void drop(const GenerationKey& generation) { unclaimed_.erase(generation); }
 
-  // The JSON text of each label set the last save wrote, by identity (CumulativeLabels keeps the same
-  // objects from one checkpoint to the next, so each is escaped and checked once); holding the labels
-  // keeps their address from being reused by others.
-  struct WrittenLabels {
-    std::shared_ptr<const Labels> labels;
-    std::string json;  // empty: not UTF-8, never written
-  };
-  using WrittenLabelSets = std::unordered_map<const Labels*, WrittenLabels>;
   // The "types" and "label_sets" tables, kept from one save to the next (defined in the .cpp).
   struct Types;
 
@@ -77,7 +69,6 @@ class CheckpointFile {
   std::string path_;
   std::map<GenerationKey, LiveCheckpoint> unclaimed_;
   std::string last_text_;  // what the file holds: unchanged values are not written again
-  WrittenLabelSets written_labels_;
   std::shared_ptr<Types> types_;
 };
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "aggregation.hpp"
+#include "family_set.hpp"
 #include "gauge_integral.hpp"
 #include "rankstat/flags/duration.hpp"
 #include "rankstat/flags/user.hpp"

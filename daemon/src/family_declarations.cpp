@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "engine_collect.hpp"
 #include "engine_rules.hpp"
 #include "generation_contributions.hpp"
 #include "rankstat/shmproto/scheduler_snapshot.hpp"

@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "aggregation.hpp"
+#include "family_set.hpp"
 #include "rank_segment.hpp"
 #include "retired_totals.hpp"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "aggregation.hpp"
 #include "engine_rules.hpp"
+#include "family_set.hpp"
 #include "gauge_integral.hpp"
 #include "rank_segment.hpp"
 

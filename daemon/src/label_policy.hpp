@@ -2,7 +2,7 @@
 // labels a segment's header gives its per-rank series (shm::for_each_identity_label, shmproto's
 // identity_labels.hpp, then its extra labels and the configured instance label), a series' own labels
 // over them, and the names a constant label (--label.NAME=VALUE) may not take. The family merge
-// (aggregation.hpp) and what a generation contributes (generation_contributions.hpp) build labels only
+// (family_set.hpp) and what a generation contributes (generation_contributions.hpp) build labels only
 // through these.
 #pragma once
 

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "aggregation.hpp"
 #include "checkpoint_file.hpp"
+#include "family_set.hpp"
 #include "generation_contributions.hpp"
 #include "rank_segment.hpp"
 

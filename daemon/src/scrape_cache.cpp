@@ -36,6 +36,8 @@ http::Response ScrapeCache::respond(const http::Request& request) {
   // the default, so that a scraper that asked for none gets the header it always got.
   const exposition::Escaping escaping = exposition::negotiate_escaping(request.accept);
   r.content_type = std::string(kTextContentType);
+  r.vary =
+      "Accept";  // the escaping scheme is the Accept header's choice (and the encoding Accept-Encoding's)
   if (escaping != exposition::Escaping::kUnderscores)
     r.content_type.append("; escaping=").append(exposition::escaping_name(escaping));
   if (const ScrapeFilter filter = parse_scrape_filter(request.target); filter.active()) {
@@ -69,6 +71,9 @@ http::Response ScrapeCache::respond(const http::Request& request) {
   plain_body_->clear();
   render(*plain_body_, family_ends, escaping);
   r.shared_body = plain_body_;
+  // The client refused gzip, so none is made; marked negotiable so that Vary names Accept-Encoding too (a
+  // cache must not hand this body to a client that accepts gzip).
+  r.compressible = true;
   return r;
 }
 

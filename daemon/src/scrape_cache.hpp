@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "aggregation.hpp"
 #include "config.hpp"
+#include "engine_collect.hpp"
 #include "http/chunked_gzip.hpp"
 #include "http/http_server.hpp"
 #include "retired_totals.hpp"

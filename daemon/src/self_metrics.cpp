@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "aggregation.hpp"
+#include "family_set.hpp"
 #include "rankstat/shmproto/naming.hpp"
 #include "rankstat/shmproto/schema.hpp"
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "aggregation.hpp"
+#include "family_set.hpp"
 
 namespace rankstat::state_file {
 

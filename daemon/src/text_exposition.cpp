@@ -405,6 +405,15 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
                           std::string_view extra_value = {}) {
       append_head(out, family.name, suffix, *labels, extra_name, extra_value, dialect, escaping);
     };
+    // A summary's and (text format 0.0.4 order) a histogram's _count and _sum lines.
+    const auto count_and_sum = [&](std::uint64_t sample_count, double sample_sum) {
+      head("_count");
+      count(sample_count);
+      append_tail(out, m);
+      head("_sum");
+      value(sample_sum);
+      append_tail(out, m);
+    };
     switch (family.type) {
       case MetricType::Counter:
         head({});
@@ -422,12 +431,7 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
         append_tail(out, m);
         break;
       case MetricType::Summary:
-        head("_count");
-        count(m.summary.sample_count);
-        append_tail(out, m);
-        head("_sum");
-        value(m.summary.sample_sum);
-        append_tail(out, m);
+        count_and_sum(m.summary.sample_count, m.summary.sample_sum);
         for (const auto& q : m.summary.quantile) {
           head({}, "quantile", bound(q.quantile));
           value(q.value);
@@ -435,14 +439,7 @@ void append_family(std::string& out, const MetricFamily& family, Dialect dialect
         }
         break;
       case MetricType::Histogram: {
-        if (!client) {
-          head("_count");
-          count(m.histogram.sample_count);
-          append_tail(out, m);
-          head("_sum");
-          value(m.histogram.sample_sum);
-          append_tail(out, m);
-        }
+        if (!client) count_and_sum(m.histogram.sample_count, m.histogram.sample_sum);
         bool ends_with_inf = false;
         for (const auto& b : m.histogram.bucket) {
           head("_bucket", "le", bound(b.upper_bound));

@@ -11,6 +11,9 @@ from rankstat import backend
 
 from load_model import Finished, Step
 
+# Every step of the load model is a decode step: the report kind, looked up once.
+DECODE = rankstat.ReportKind.DECODE
+
 
 class SchedulerReporter:
     def __init__(self, *, instance: str, model_name: str, engine_type: str, tp_rank: int, dp_rank, rank_key=None,
@@ -29,7 +32,7 @@ class SchedulerReporter:
             i = self.position.get(name)
             if i is not None:
                 self.values[i] = value
-        self.packer.send(self.values, kind=rankstat.ReportKind.DECODE)
+        self.packer.send(self.values, kind=DECODE)
         self.reporter.heartbeat()
 
 

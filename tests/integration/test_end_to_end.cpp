@@ -123,10 +123,13 @@ TEST_CASE(
   CHECK(plain->status == 200);
   CHECK(plain->headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8");
   CHECK(plain->headers.count("content-encoding") == 0);
+  // The body depends on Accept (the name escaping scheme) as well as Accept-Encoding: a cache keys on both.
+  CHECK(plain->headers["vary"] == "Accept, Accept-Encoding");
   auto zipped = daemon.get("/metrics", {{"Accept-Encoding", "gzip"}});
   REQUIRE(zipped);
   CHECK(zipped->status == 200);
   CHECK(zipped->headers["content-encoding"] == "gzip");
+  CHECK(zipped->headers["vary"] == "Accept, Accept-Encoding");
   const std::string inflated = rankstat::http::gzip_decompress(zipped->body);
   CHECK(value_of(inflated, "sglang:num_running_reqs") == Approx(3));
   auto refused = daemon.get("/metrics", {{"Accept-Encoding", "gzip;q=0, identity"}});

@@ -145,7 +145,7 @@ class Checks:
         self.assertIs(f.labels("2"), sentinel)
         self.assertEqual(f.created, [])
 
-    def test_labelnames_become_a_tuple_of_str(self):
+    def test_labelnames_and_labelvalues_become_tuples_and_only_the_names_must_be_str(self):
         f = self.Family("x", {"a": 1, "b": 2}.keys())
         self.assertEqual(f._labelnames, ("a", "b"))
         f._labelnames = ["c"]
@@ -155,6 +155,10 @@ class Checks:
         with self.assertRaises(TypeError):
             f._children = [("a",)]
         self.assertEqual(f._labelnames, ("c",))
+        # Label values take any iterable too, stored as a tuple, and are not checked here (labels() makes
+        # them str).
+        f._labelvalues = iter(["1", 2])
+        self.assertEqual(f._labelvalues, ("1", 2))
 
     def test_a_family_subclass_has_an_instance_dict_and_defaults_before_init(self):
         class Bare(self.impl.Family):

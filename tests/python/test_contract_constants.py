@@ -2,7 +2,7 @@
 it binds to: every RANKSTAT_* value the header defines has a Python twin of the same value, and every
 other module takes them from rankstat._native (C header -> _native -> everyone else), the extension from
 rankstat.h itself. The ctypes structures are checked against the header's structs field by field. (rankstat.h
-is checked against the shared-memory contract's enums by static_asserts in client/src/c_api.cpp, and the
+is checked against the shared-memory contract's enums by static_asserts in client/src/c_api_contract.cpp and c_api_errors.cpp, and the
 layout hash covers those enums' values, so a renumbering anywhere fails a build, this test or a load.)"""
 import ctypes
 import glob
@@ -19,7 +19,9 @@ HEADER = os.path.join(SOURCE, "client", "include", "rankstat", "rankstat.h")
 
 
 PACKAGE = os.path.dirname(os.path.abspath(rankstat.__file__))
-EXTENSION = os.path.join(SOURCE, "client", "pyext", "fastpath.c")
+# The extension's sources: one file per job (fastpath_value.c, ...), sharing fastpath_internal.h.
+EXTENSION = os.path.join(SOURCE, "client", "pyext")
+EXTENSION_HEADER = os.path.join(EXTENSION, "fastpath_internal.h")
 
 
 def header_text():
@@ -95,10 +97,20 @@ class ContractConstants(unittest.TestCase):
             with open(path, encoding="utf-8") as f:
                 found = restated.findall(f.read())
             self.assertEqual(found, [], f"{path} restates a constant of rankstat.h: import it from rankstat._native")
-        with open(EXTENSION, encoding="utf-8") as f:
-            extension = f.read()
-        self.assertIn('#include "rankstat/rankstat.h"', extension)
-        self.assertNotRegex(extension, r"KIND_[A-Z]+\s*=\s*\d", "fastpath.c restates a kind: use RANKSTAT_KIND_*")
+        # The extension takes the kinds from rankstat.h, through its private header, in every file.
+        sources = sorted(glob.glob(os.path.join(EXTENSION, "fastpath*.[ch]")))
+        self.assertIn(EXTENSION_HEADER, sources)
+        self.assertGreater(len(sources), 1, "the extension's .c files were not found")
+        with open(EXTENSION_HEADER, encoding="utf-8") as f:
+            self.assertIn('#include "rankstat/rankstat.h"', f.read())
+        for path in sources:
+            with self.subTest(source=os.path.basename(path)):
+                with open(path, encoding="utf-8") as f:
+                    extension = f.read()
+                if path != EXTENSION_HEADER:
+                    self.assertIn('#include "fastpath_internal.h"', extension)
+                self.assertEqual(re.findall(r"KIND_[A-Z]+\s*=\s*\d", extension), [],
+                                 f"{os.path.basename(path)} restates a kind: use RANKSTAT_KIND_*")
 
     def test_the_ctypes_structures_have_the_headers_fields_in_order(self):
         for struct, name in ((_native.Identity, "rankstat_identity"), (_native.Geometry, "rankstat_geometry"),

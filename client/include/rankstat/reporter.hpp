@@ -7,7 +7,9 @@
 // counted drops costing a few nanoseconds.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,19 +22,48 @@
 
 namespace rankstat {
 
-enum class Status : int {
-  kOk = 0,
-  kInvalidArgument = 1,
-  kNoSpace = 2,
-  kPermission = 3,
-  kIo = 4,
-  kRingFull = 5,
-  kOversize = 6,
-  kClosed = 7,
-  kRegistryFull = 8,
-};
+// Every outcome a Reporter call can have, written once: X(enumerator, short name, message). Values are
+// 0, 1, ... in list order (the C ABI's RANKSTAT_OK and RANKSTAT_ERR_* equal them, pinned in
+// c_api_errors.cpp). The short name is for logs and tests (status_name); the message is the C ABI's text when
+// a call has no message of its own (status_message).
+// clang-format off
+#define RANKSTAT_STATUSES(X)                                                                              \
+  X(kOk, "ok", "")                                                                                        \
+  X(kInvalidArgument, "invalid_argument", "invalid argument")                                             \
+  X(kNoSpace, "no_space", "the shm directory is full")                                                    \
+  X(kPermission, "permission", "permission denied")                                                       \
+  X(kIo, "io", "I/O error")                                                                               \
+  X(kRingFull, "ring_full", "ring full: record dropped and counted (the daemon is slow or absent)")        \
+  X(kOversize, "oversize", "record larger than the segment's max_record_bytes: dropped and counted")      \
+  X(kClosed, "closed", "reporter is NULL or closed")                                                      \
+  X(kRegistryFull, "registry_full", "the cumulative block has no room for another series")
+// clang-format on
 
-std::string_view status_name(Status status) noexcept;
+#define RANKSTAT_STATUS_ENUMERATOR(enumerator, name, message) enumerator,
+#define RANKSTAT_STATUS_NAME(enumerator, name, message) name,
+#define RANKSTAT_STATUS_MESSAGE(enumerator, name, message) message,
+
+enum class Status : int { RANKSTAT_STATUSES(RANKSTAT_STATUS_ENUMERATOR) };
+
+// NUL-terminated (the C ABI hands the messages out as const char*), indexed by Status.
+inline constexpr const char* kStatusNames[] = {RANKSTAT_STATUSES(RANKSTAT_STATUS_NAME)};
+inline constexpr const char* kStatusMessages[] = {RANKSTAT_STATUSES(RANKSTAT_STATUS_MESSAGE)};
+
+#undef RANKSTAT_STATUS_ENUMERATOR
+#undef RANKSTAT_STATUS_NAME
+#undef RANKSTAT_STATUS_MESSAGE
+
+// "ok", "ring_full", ...; "unknown" for a value outside the list.
+constexpr std::string_view status_name(Status status) noexcept {
+  const auto index = static_cast<std::size_t>(status);
+  return index < std::size(kStatusNames) ? kStatusNames[index] : "unknown";
+}
+
+// The status's message ("" for kOk); "unknown error" for a value outside the list.
+constexpr const char* status_message(Status status) noexcept {
+  const auto index = static_cast<std::size_t>(status);
+  return index < std::size(kStatusMessages) ? kStatusMessages[index] : "unknown error";
+}
 
 struct ReporterOptions {
   // Its instance starts empty: open() takes default_instance() for an empty instance, so every client

@@ -7,7 +7,7 @@ be loaded, else its pure-Python twin rankstat._slowpath (same names, behaviour a
 - Value(reporter_address, series_id, kind): one series (kind 1 counter, 2 gauge, 3 histogram, 4 summary)
   with inc / dec / set / observe; reporter_address 0 or None makes every update a no-op.
 - Cell(child, index): one bucket (index >= 0) or the sum (index -1) of a histogram or summary series
-  with a C inc(); subclass it for the reads (rankstat.metrics' `_buckets[i]`, `_sum`).
+  with a C inc(); subclass it for the reads (rankstat._child_values' `_Bucket`, `_Sum`).
 - Family: subclass it; set `_labelnames` and `_children` in __init__ and define `_new_child(key)`, called
   by `labels()` on a miss with the tuple of str label values (register the series, store the child in
   `_children[key]`, return it; take a lock there if several threads may label the same family).

@@ -8,11 +8,11 @@ had stays in charge of everything else (source, file name, tracebacks)."""
 from __future__ import annotations
 
 import importlib.abc
-import os
 import sys
-import threading
 from types import ModuleType
 from typing import Callable, Dict
+
+from . import _fork_locks
 
 Patch = Callable[[ModuleType], object]
 
@@ -51,18 +51,8 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return None
 
 
-_lock = threading.Lock()
+_lock = _fork_locks.module_lock(globals(), "_lock")  # registering a patch; new in a forked child
 _finder = _PatchOnImport()
-
-
-def _new_lock_after_fork() -> None:
-    # A thread registering a patch when another forks would leave the lock held in the child forever.
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def patch_module(name: str, patch: Patch) -> None:

@@ -18,11 +18,10 @@ import ctypes
 import ctypes.util
 import enum
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
-from . import _find
+from . import _find, _fork_locks
 
 # The contract this package packs: layout major 3 (declared series, length-delimited texts), and the
 # layout hashes it has been checked against (tests/python checks that the library built from this tree is
@@ -382,17 +381,7 @@ def candidate_paths() -> List[str]:
                                  in_build=[os.path.join("client", "librankstat.so")])
 
 
-_lock = threading.Lock()
-
-
-def _new_lock_after_fork() -> None:
-    # A thread loading the library when another forked would leave this lock held in the child forever.
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
+_lock = _fork_locks.module_lock(globals(), "_lock")  # loading the library; new in a forked child
 
 _lib: Optional[ctypes.CDLL] = None
 _layout: Optional[Layout] = None

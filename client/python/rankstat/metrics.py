@@ -12,6 +12,12 @@ soon as it is labelled; `remove()` and `clear()` warn and forget the child but i
 the ten gauge modes mean what they mean there (rankstatd aggregates them). tests/python/test_contract.py
 states the contract case by case; docs/semantics.md lists what differs on purpose.
 
+This module holds the metric classes and their registration (one lock, the fork re-binding); the jobs
+around them are modules of their own: the name rules (rankstat._names), the registries and the
+one-declaration rule (rankstat._registry: CollectorRegistry and REGISTRY, re-exported here), the child
+value internals SGLang touches (rankstat._child_values) and the timers, trackers and signature-keeping
+decorators (rankstat._timing: Timer, InprogressTracker and ExceptionCounter, re-exported here).
+
 A metric object is the family and, unlabelled or as a labelled child, the series, as in prometheus_client:
 labels() builds children with `self.__class__(...)`. Each series is registered in the segment with the
 family's exposed name, HELP text, type, label names, buckets and mode, so the daemon serves what the engine
@@ -24,404 +30,29 @@ the child's own (rankstat.backend, "fork()").
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import inspect
 import logging
 import math
-import os
-import sys
 import threading
 import time as _time
 import warnings
-from timeit import default_timer
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
-from . import _names, backend
-from ._accel import Cell, Family
+from . import _fork_locks, backend
+from ._accel import Family
+from ._child_values import INF, _Bucket, _Sum, _SummaryCount, counter_reset, created_sample, go_float, value_of
+from ._names import check_label_values, full_name, label_names
 from ._native import (GAUGE_MODES, KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_SUMMARY, MOST_RECENT_MODES,
                       GaugeMode)
-
-INF = float("inf")
+from ._registry import DEFAULT_REGISTRY, REGISTRY, CollectorRegistry, claim_declaration, conflicts, metric_family
+from ._timing import ExceptionCounter, InprogressTracker, Timer
 
 log = logging.getLogger("rankstat")
-
 
 # prometheus_client's multiprocess modes -> RANKSTAT_MODE_*, and the series kinds: rankstat._native's.
 MODES = GAUGE_MODES
 
 DEFAULT_BUCKETS = (.005, .01, .025, .05, .075, .1, .25, .5, .75, 1.0, 2.5, 5.0, 7.5, 10.0, INF)
-
-
-def _full_name(kind: str, name: str, namespace: str, subsystem: str, unit: str) -> str:
-    if not name:
-        raise ValueError("Metric name should not be empty")
-    full = "".join(part + "_" for part in (namespace, subsystem) if part) + name
-    if kind == "counter" and full.endswith("_total"):
-        full = full[:-6]  # the family; samples are exposed as <family>_total
-    if unit and not full.endswith("_" + unit):
-        full += "_" + unit
-    _names.check_metric_name(full)  # any UTF-8 name, or classic ones only (rankstat._names)
-    return full
-
-
-def _label_names(kind: str, name: str, labelnames: Iterable[str], reserved: Tuple[str, ...]) -> Tuple[str, ...]:
-    # prometheus_client's checks and messages, plus three refusals of its own (docs/semantics.md): a
-    # string instead of a sequence, a name given twice (two labels of one name are not valid exposition),
-    # and `pid` on a gauge (prometheus_client's multiprocess collector replaces or strips it, so the
-    # value the caller gave is never served).
-    if isinstance(labelnames, str):
-        raise ValueError(f"{name}: labelnames must be a sequence of label names, not the string {labelnames!r}")
-    names = tuple(labelnames)
-    seen = set()
-    for label in names:
-        _names.check_label_name(label)  # any UTF-8 name but `__…`, or classic ones only (rankstat._names)
-        if label in reserved:
-            raise ValueError(f"Reserved label metric name: {label}")
-        if kind == "gauge" and label == "pid":
-            raise ValueError(f"{name}: label name 'pid' is refused on a gauge: prometheus_client's multiprocess "
-                             f"mode replaces it with the process id or strips it, so its value would never be served")
-        if label in seen:
-            raise ValueError(f"{name}: duplicate label name {label!r}")
-        seen.add(label)
-    return names
-
-
-# --- registries: duplicate names refused as prometheus_client's CollectorRegistry refuses them --------
-
-_TYPE_SUFFIXES = {
-    "counter": ("_total", "_created"),
-    "summary": ("_sum", "_count", "_created"),
-    "histogram": ("_bucket", "_sum", "_count", "_created"),
-}
-
-
-class CollectorRegistry:
-    """Where rankstat's metrics register when prometheus_client is not installed (with it, the default
-    is prometheus_client.REGISTRY, so an engine's unregister() and duplicate checks see them). Same rule:
-    a collector claims every name it describes plus its type's sample suffixes, and a second collector
-    claiming any of them is refused with "Duplicated timeseries in CollectorRegistry"."""
-
-    def __init__(self) -> None:
-        self._collector_to_names: Dict[Any, List[str]] = {}
-        self._names_to_collectors: Dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def register(self, collector) -> None:
-        with self._lock:
-            names = self._get_names(collector)
-            duplicates = set(self._names_to_collectors).intersection(names)
-            if duplicates:
-                raise ValueError(f"Duplicated timeseries in CollectorRegistry: {duplicates}")
-            for name in names:
-                self._names_to_collectors[name] = collector
-            self._collector_to_names[collector] = names
-
-    def unregister(self, collector) -> None:
-        with self._lock:
-            for name in self._collector_to_names[collector]:
-                del self._names_to_collectors[name]
-            del self._collector_to_names[collector]
-
-    @staticmethod
-    def _get_names(collector) -> List[str]:
-        describe = getattr(collector, "describe", None)
-        if describe is None:
-            return []
-        result = []
-        for metric in describe():
-            result.append(metric.name)
-            result.extend(metric.name + suffix for suffix in _TYPE_SUFFIXES.get(metric.type, ()))
-        return result
-
-    def collect(self):
-        with self._lock:
-            collectors = list(self._collector_to_names)
-        for collector in collectors:
-            yield from collector.collect()
-
-
-def _default_registry():
-    try:
-        from prometheus_client import REGISTRY as found  # the engines' own default registry
-        return found
-    except ImportError:
-        return CollectorRegistry()
-
-
-REGISTRY = _default_registry()
-
-
-class _DefaultRegistry:
-    """The `registry=` default: REGISTRY above for code that builds metrics itself, as prometheus_client's
-    default; none while rankstat's engine adapters have swapped prometheus_client's classes for rankstat's
-    (an SGLang collector's or a vLLM logger's constructor). Engines build those through their metric-class
-    hooks, made for classes that register nowhere (vLLM's Ray wrappers), and may build a logger twice
-    without unregistering. A conflicting declaration is refused there too (_claim_declaration)."""
-
-    def __repr__(self) -> str:
-        return "REGISTRY"
-
-    @staticmethod
-    def resolve():
-        found = sys.modules.get("prometheus_client")
-        if found is not None and getattr(found, "Counter", None) is Counter:
-            return None
-        return REGISTRY
-
-
-_DEFAULT_REGISTRY = _DefaultRegistry()
-
-# Every name a family declared in a segment claims (as a registry counts them: a counter claims foo,
-# foo_total and foo_created, ...) -> its declaration (type, gauge mode, bucket bounds), in that segment's
-# `declarations` (backend.Segment: the process's segment, or one Reporter's). The segment holds every
-# declaration for its life, so a second one that disagrees is refused whatever the registry: one family,
-# one declaration (docs/semantics.md). Guarded by _registration_lock.
-
-def _claimed_names(metric) -> List[str]:
-    return [metric._name] + [metric._name + suffix for suffix in _TYPE_SUFFIXES.get(metric._type, ())]
-
-
-def _conflicts(metric) -> set:
-    declaration = (metric._type, metric._mode(), tuple(metric._bounds()))
-    declared = metric._segment.declarations
-    return {name for name in _claimed_names(metric) if declared.get(name, declaration) != declaration}
-
-
-def _claim_declaration(metric) -> None:
-    declaration = (metric._type, metric._mode(), tuple(metric._bounds()))
-    for name in _claimed_names(metric):
-        metric._segment.declarations.setdefault(name, declaration)
-
-
-class _Described:
-    """What describe()/collect() return without prometheus_client: name, documentation, type, unit,
-    samples (name, labels, value, timestamp, exemplar)."""
-
-    def __init__(self, name: str, documentation: str, typ: str, unit: str = ""):
-        self.name, self.documentation, self.type, self.unit = name, documentation, typ, unit
-        self.samples: List[tuple] = []
-
-    def add_sample(self, name, labels, value, timestamp=None, exemplar=None):
-        self.samples.append((name, labels, value, timestamp, exemplar))
-
-
-def _metric_family(name: str, documentation: str, typ: str, unit: str):
-    try:
-        from prometheus_client.metrics_core import Metric
-    except ImportError:
-        return _Described(name, documentation, typ, unit)
-    try:
-        return Metric(name, documentation, typ, unit)
-    except ValueError:
-        if _names.legacy_validation():
-            raise
-        # A prometheus_client before 0.22 (Debian's 0.16) refuses a name outside the classic set, which
-        # rankstat accepted as the current release does (rankstat._names): its registry then holds the
-        # family under a stand-in built with a classic name and given the real one.
-        family = Metric("rankstat_stand_in", documentation, typ)
-        family.name, family.unit = name, unit
-        return family
-
-
-# --- decorators that keep the decorated function's signature -----------------------------------------
-
-def _decorate(func: Callable, caller: Callable) -> Callable:
-    """A function with `func`'s exact signature (inspect.signature and getfullargspec alike, as the
-    `decorator` package prometheus_client uses gives) whose body is `caller(func, *args, **kwargs)`.
-    Callables without a Python signature are wrapped with functools.wraps."""
-    try:
-        sig = inspect.signature(func, follow_wrapped=False)
-    except (TypeError, ValueError):
-        sig = None
-    if sig is None or not isinstance(func, type(_decorate)):
-        @functools.wraps(func)
-        def plain(*args, **kwargs):
-            return caller(func, *args, **kwargs)
-        return plain
-    # The parameter list without defaults or annotations (those are copied onto the new function below).
-    bare = sig.replace(parameters=[p.replace(default=p.empty, annotation=p.empty) for p in sig.parameters.values()],
-                       return_annotation=sig.empty)
-    call = []
-    for p in sig.parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            call.append("*" + p.name)
-        elif p.kind == p.KEYWORD_ONLY:
-            call.append(f"{p.name}={p.name}")
-        elif p.kind == p.VAR_KEYWORD:
-            call.append("**" + p.name)
-        else:
-            call.append(p.name)
-    names = set(sig.parameters)
-    call_name, func_name = "_call_", "_func_"
-    while call_name in names or func_name in names:
-        call_name, func_name = call_name + "_", func_name + "_"
-    prefix = "async def" if inspect.iscoroutinefunction(func) else "def"
-    body = f"return {call_name}({', '.join([func_name] + call)})"
-    if prefix == "async def":
-        body = "return await " + body[len("return "):]
-    source = f"{prefix} {func.__name__ if func.__name__.isidentifier() else 'wrapped'}{bare}:\n    {body}\n"
-    namespace: Dict[str, Any] = {call_name: caller, func_name: func}
-    exec(compile(source, f"<rankstat decorator of {func.__qualname__}>", "exec"), namespace)
-    wrapped = namespace[func.__name__ if func.__name__.isidentifier() else "wrapped"]
-    wrapped.__defaults__ = func.__defaults__
-    wrapped.__kwdefaults__ = func.__kwdefaults__
-    wrapped.__annotations__ = dict(getattr(func, "__annotations__", {}))
-    wrapped.__name__ = func.__name__
-    wrapped.__qualname__ = func.__qualname__
-    wrapped.__doc__ = func.__doc__
-    wrapped.__module__ = func.__module__
-    wrapped.__dict__.update(func.__dict__)
-    wrapped.__wrapped__ = func
-    return wrapped
-
-
-class _Reading:
-    """A counter's or gauge's series as prometheus_client's ValueClass (`child._value`): `.get()`,
-    `.inc()`, `.set()`, and the number itself in `._value`."""
-
-    __slots__ = ("_child",)
-
-    def __init__(self, child):
-        self._child = child
-
-    @property
-    def _value(self) -> "_Number":
-        return _Number(self.get())
-
-    def get(self) -> float:
-        return self._child._segment.value(self._child)
-
-    def inc(self, amount: float = 1) -> None:
-        self._child.inc(amount)
-
-    def set(self, value: float) -> None:
-        self._child.set(value)
-
-
-class _Number(float):
-    """A value read from the segment. prometheus_client's ValueClass keeps its number in `_value` and
-    SGLang does arithmetic on it (`sum(b._value for b in child._buckets)`); `.get()` serves the code that
-    reads it like a ValueClass instead."""
-
-    __slots__ = ()
-
-    def get(self) -> float:
-        return float(self)
-
-
-class _Bucket(Cell):
-    """One histogram bucket (non-cumulative count), as prometheus_client's `child._buckets[i]`: inc() is the
-    C cell's (one call into librankstat, rankstat._accel.Cell), reads go through the segment."""
-
-    __slots__ = ()
-
-    @property
-    def _value(self) -> _Number:
-        return _Number(self.get())
-
-    def get(self) -> float:
-        return self._child._segment.bucket(self._child, self._index)
-
-
-class _Sum(Cell):
-    """A histogram's or summary's sum, as prometheus_client's `child._sum` (built with index -1): inc() in C."""
-
-    __slots__ = ()
-
-    @property
-    def _value(self) -> _Number:
-        return _Number(self.get())
-
-    def get(self) -> float:
-        return self._child._segment.value(self._child)
-
-
-class _SummaryCount:
-    __slots__ = ("_child",)
-
-    def __init__(self, child):
-        self._child = child
-
-    @property
-    def _value(self) -> _Number:
-        return _Number(self.get())
-
-    def get(self) -> float:
-        return self._child._segment.bucket(self._child, 0)
-
-
-# --- timing helpers (decorator or context manager, like prometheus_client's) -------------------------
-
-class Timer:
-    """`metric.time()`: a context manager (entering gives the Timer; `t.labels(...)` inside the block picks
-    the child the duration goes to) or a decorator (a new Timer per call, so calls may nest or run in
-    threads). The duration, never negative, goes to `getattr(metric, callback_name)` at exit."""
-
-    def __init__(self, metric, callback_name: str):
-        self._metric = metric
-        self._callback_name = callback_name
-
-    def _new_timer(self) -> "Timer":
-        return self.__class__(self._metric, self._callback_name)
-
-    def __enter__(self) -> "Timer":
-        self._start = default_timer()
-        return self
-
-    def __exit__(self, typ, value, traceback) -> None:
-        duration = max(default_timer() - self._start, 0)
-        getattr(self._metric, self._callback_name)(duration)
-
-    def labels(self, *args, **kw) -> None:
-        self._metric = self._metric.labels(*args, **kw)
-
-    def __call__(self, f):
-        def wrapped(func, *args, **kwargs):
-            with self._new_timer():
-                return func(*args, **kwargs)
-        return _decorate(f, wrapped)
-
-
-class InprogressTracker:
-    """`gauge.track_inprogress()`: +1 on entry, -1 on exit; a context manager or a decorator."""
-
-    def __init__(self, gauge):
-        self._gauge = gauge
-
-    def __enter__(self) -> None:
-        self._gauge.inc()
-
-    def __exit__(self, typ, value, traceback) -> None:
-        self._gauge.dec()
-
-    def __call__(self, f):
-        def wrapped(func, *args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-        return _decorate(f, wrapped)
-
-
-class ExceptionCounter:
-    """`counter.count_exceptions(exception=Exception)`: +1 when an exception of that type (or tuple of
-    types) leaves the block or function; the exception is never swallowed."""
-
-    def __init__(self, counter, exception):
-        self._counter = counter
-        self._exception = exception
-
-    def __enter__(self) -> None:
-        pass
-
-    def __exit__(self, typ, value, traceback) -> None:
-        if isinstance(value, self._exception):
-            self._counter.inc()  # and the exception goes on
-
-    def __call__(self, f):
-        def wrapped(func, *args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-        return _decorate(f, wrapped)
 
 
 class _Absent:
@@ -436,17 +67,8 @@ class _Absent:
                              f"attribute '{self._name}'")
 
 
-_registration_lock = threading.RLock()
-
-
-def _new_lock_after_fork() -> None:
-    # A thread registering a label value when another forks would leave the lock held in the child forever.
-    global _registration_lock
-    _registration_lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
+# Orders registrations (labels() of a new key, constructors, the fork re-binding); new in a forked child.
+_registration_lock = _fork_locks.module_lock(globals(), "_registration_lock", threading.RLock)
 
 
 def _rebind_inherited() -> None:
@@ -464,19 +86,6 @@ def _rebind_inherited() -> None:
                 family._rebind_children(seg)
             except Exception as e:  # a family half-built at the fork: its children stay no-ops
                 log.warning("rankstat: cannot re-bind %r after fork: %s: %s", family, type(e).__name__, e)
-
-
-def _check_label_values(family: str, labelnames: Tuple[str, ...], values: Tuple[str, ...]) -> None:
-    """A new child's label values must be text the segment (and the exposition) can carry: UTF-8. A lone
-    surrogate ('\\ud800') is not: the call that labels it raises UnicodeEncodeError (a ValueError), naming
-    the label, instead of the registration being refused later with only a log line. Only a new child is
-    checked (labels() of a known child never comes here)."""
-    for name, value in zip(labelnames, values):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise UnicodeEncodeError(e.encoding, e.object, e.start, e.end,
-                                     f"{e.reason}: label {name!r} of {family} must be UTF-8 text") from None
 
 
 def _multiprocess_warning(message: str) -> None:
@@ -498,15 +107,15 @@ class _Metric(Family):
     _reserved_labelnames: Tuple[str, ...] = ()
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
-                 subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
+                 subsystem: str = "", unit: str = "", registry: Any = DEFAULT_REGISTRY,
                  _labelvalues: Optional[Sequence[str]] = None, *, _segment: Optional[backend.Segment] = None,
                  _identity_labels: bool = False, **ignored: Any):
         # _segment: where the series live; the process's segment unless a rankstat.Reporter's families
         # bind them to its own (with _identity_labels: the daemon adds that Reporter's identity labels).
         self._segment = backend.segment() if _segment is None else _segment
         self._identity_labels = _identity_labels
-        self._name = _full_name(self._type, name, namespace, subsystem, unit)
-        self._labelnames = _label_names(self._type, self._name, labelnames, self._reserved_labelnames)
+        self._name = full_name(self._type, name, namespace, subsystem, unit)
+        self._labelnames = label_names(self._type, self._name, labelnames, self._reserved_labelnames)
         self._labelvalues = tuple(_labelvalues or ())
         self._kwargs: Dict[str, Any] = {}
         if _segment is not None:  # the children are bound where their family is
@@ -517,15 +126,15 @@ class _Metric(Family):
             raise ValueError("Incorrect label count")
         if not self._labelvalues:
             # Both checks before anything reaches the segment: a refused duplicate declares nothing there.
-            if registry is _DEFAULT_REGISTRY:
-                registry = _DEFAULT_REGISTRY.resolve()
+            if registry is DEFAULT_REGISTRY:
+                registry = DEFAULT_REGISTRY.resolve()
             with _registration_lock:
-                clashes = _conflicts(self)
+                clashes = conflicts(self)
                 if clashes:
                     raise ValueError(f"Duplicated timeseries in CollectorRegistry: {clashes}")
                 if registry:
                     registry.register(self)
-                _claim_declaration(self)
+                claim_declaration(self)
             if _segment is None:  # a Reporter's families follow their Reporter through a fork
                 backend.track_family(self)
         if self._is_parent():
@@ -584,7 +193,7 @@ class _Metric(Family):
                 return child
             child = self._removed.pop(key, None)
             if child is None:
-                _check_label_values(self._name, self._labelnames, key)
+                check_label_values(self._name, self._labelnames, key)
                 child = self.__class__(self._name, documentation=self._documentation, labelnames=self._labelnames,
                                        unit=self._unit, _labelvalues=key, **self._kwargs)
                 child._parent = self  # keeps the family tracked (fork re-binding) while the child is in use
@@ -667,12 +276,12 @@ class _Metric(Family):
 
     def describe(self):
         """The family as a registry sees it: one metric family (name, help, type, unit), no samples."""
-        return [_metric_family(self._name, self._documentation, self._type, self._unit)]
+        return [metric_family(self._name, self._documentation, self._type, self._unit)]
 
     def collect(self):
         """This process's own values (prometheus_client's metric collect() in multiprocess mode reads this
         process's values alike); the cross-process aggregate is what rankstatd serves."""
-        metric = _metric_family(self._name, self._documentation, self._type, self._unit)
+        metric = metric_family(self._name, self._documentation, self._type, self._unit)
         with _registration_lock:
             children = [(dict(zip(self._labelnames, s._labelvalues)), s) for s in (
                 list(self._children.values()) if self._is_parent() else [self])]
@@ -698,29 +307,37 @@ class _Metric(Family):
         return f"{type(self).__module__}.{type(self).__name__}({self._name})"
 
 
-_reset_function: List[Any] = []
+class _OneValue(_Metric):
+    """A counter or a gauge: one value per series, read as prometheus_client's `child._value` or get()."""
+
+    @property
+    def _value(self):
+        return value_of(self)
+
+    def get(self) -> float:
+        """This process's value of the series (the cross-process aggregate is what rankstatd serves)."""
+        return self._segment.value(self)
 
 
-def _counter_reset(seg: backend.Segment, address: int, series_id: int) -> None:
-    # rankstat_counter_reset through a PyDLL handle (the GIL stays held, as for every update: the reporter
-    # is single-writer). Cold: only Counter.reset() calls it.
-    if not _reset_function:
-        lib = seg.reporter.library
-        fn = getattr(ctypes.PyDLL(lib._name, handle=lib._handle), "rankstat_counter_reset", None)
-        if fn is None:
-            raise RuntimeError("the rankstat library lacks rankstat_counter_reset: it is older than this package")
-        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32]
-        _reset_function.append(fn)
-    _reset_function[0](address, series_id)
+class _Observed(_Metric):
+    """A summary or a histogram: observe() (C) and time(); no inc/dec/set; each series has its `_sum` cell."""
+
+    inc = _Absent()
+    dec = _Absent()
+    set = _Absent()
+
+    def time(self) -> Timer:
+        """A context manager or decorator that observes the duration of the block or call, in seconds."""
+        return Timer(self, "observe")
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        # An instance attribute, built once per series (a labelled parent has none: AttributeError, as in
+        # prometheus_client): `child._sum.inc(v)` is an attribute read and one C call.
+        self._sum = _Sum(self, -1)
 
 
-def _value_of(metric) -> "_Reading":
-    if metric._is_parent():
-        raise AttributeError(f"'{type(metric).__name__}' object has no attribute '_value'")
-    return _Reading(metric)
-
-
-class Counter(_Metric):
+class Counter(_OneValue):
     """prometheus_client's Counter: inc(amount=1, exemplar=None) (C), count_exceptions(), reset()."""
 
     _type = "counter"
@@ -742,7 +359,7 @@ class Counter(_Metric):
             self._rebind()
         address = self._reporter_address
         if address:
-            _counter_reset(self._segment, address, self._series_id)
+            counter_reset(self._segment, address, self._series_id)
         self._created = _time.time()
 
     def count_exceptions(self, exception=Exception) -> ExceptionCounter:
@@ -751,18 +368,11 @@ class Counter(_Metric):
         self._raise_if_not_observable()
         return ExceptionCounter(self, exception)
 
-    @property
-    def _value(self):
-        return _value_of(self)
-
-    def get(self) -> float:
-        return self._segment.value(self)
-
     def _child_samples(self):
-        return [("_total", {}, self._segment.value(self))] + _created_sample(self)
+        return [("_total", {}, self._segment.value(self))] + created_sample(self)
 
 
-class Gauge(_Metric):
+class Gauge(_OneValue):
     """prometheus_client's Gauge in multiprocess mode: inc/dec/set (C), the ten multiprocess modes."""
 
     _type = "gauge"
@@ -772,7 +382,7 @@ class Gauge(_Metric):
     observe = _Absent()
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
-                 subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
+                 subsystem: str = "", unit: str = "", registry: Any = DEFAULT_REGISTRY,
                  _labelvalues: Optional[Sequence[str]] = None, multiprocess_mode: GaugeMode = "all", **ignored: Any):
         self._multiprocess_mode = multiprocess_mode
         if multiprocess_mode not in self._MULTIPROC_MODES:
@@ -810,13 +420,6 @@ class Gauge(_Metric):
         self._raise_if_not_observable()
         self._function = f
 
-    @property
-    def _value(self):
-        return _value_of(self)
-
-    def get(self) -> float:
-        return self._segment.value(self)
-
     def _child_samples(self):
         # As prometheus_client's own collect(): a set_function callback gives the value (its multiprocess
         # collector, like rankstatd, serves the last value set instead).
@@ -828,26 +431,12 @@ def _most_recent_refusal(method: str, amount: float = 1) -> None:
     raise RuntimeError(f"{method} must not be used with the mostrecent mode")
 
 
-class Summary(_Metric):
+class Summary(_Observed):
     """prometheus_client's Summary: observe(amount) (C), time(); count and sum, no quantiles."""
 
     _type = "summary"
     _kind = KIND_SUMMARY
     _reserved_labelnames = ("quantile",)
-    inc = _Absent()
-    dec = _Absent()
-    set = _Absent()
-
-    def time(self) -> Timer:
-        """A context manager or decorator that observes the duration of the block or call, in seconds."""
-        return Timer(self, "observe")
-
-    def _metric_init(self) -> None:
-        super()._metric_init()
-        # An instance attribute, built once per series (a labelled parent has none: AttributeError, as in
-        # prometheus_client): `child._sum.inc(v)` is an attribute read and one C call.
-        self._sum = _Sum(self, -1)
-
     @property
     def _count(self) -> _SummaryCount:
         if self._is_parent():
@@ -856,30 +445,10 @@ class Summary(_Metric):
 
     def _child_samples(self):
         seg = self._segment
-        return [("_count", {}, seg.bucket(self, 0)), ("_sum", {}, seg.value(self))] + _created_sample(self)
+        return [("_count", {}, seg.bucket(self, 0)), ("_sum", {}, seg.value(self))] + created_sample(self)
 
 
-def _created_sample(metric) -> list:
-    # prometheus_client's collect() adds <name>_created unless PROMETHEUS_DISABLE_CREATED_SERIES is set.
-    if os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() in ("true", "1", "t"):
-        return []
-    return [("_created", {}, getattr(metric, "_created", 0.0))]
-
-
-def _go_float(b: float) -> str:
-    try:
-        from prometheus_client.utils import floatToGoString
-        return floatToGoString(b)
-    except ImportError:
-        pass
-    if b == INF:
-        return "+Inf"
-    if b == -INF:
-        return "-Inf"
-    return repr(float(b))
-
-
-class Histogram(_Metric):
+class Histogram(_Observed):
     """prometheus_client's Histogram: observe(amount, exemplar=None) (C), time(), and the child internals
     SGLang touches (`_upper_bounds`, `_buckets[i].inc`, `_sum.inc`)."""
 
@@ -887,12 +456,8 @@ class Histogram(_Metric):
     _kind = KIND_HISTOGRAM
     _reserved_labelnames = ("le",)
     DEFAULT_BUCKETS = DEFAULT_BUCKETS
-    inc = _Absent()
-    dec = _Absent()
-    set = _Absent()
-
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), namespace: str = "",
-                 subsystem: str = "", unit: str = "", registry: Any = _DEFAULT_REGISTRY,
+                 subsystem: str = "", unit: str = "", registry: Any = DEFAULT_REGISTRY,
                  _labelvalues: Optional[Sequence[str]] = None, buckets: Sequence[Any] = DEFAULT_BUCKETS,
                  **ignored: Any):
         self._prepare_buckets(buckets)
@@ -917,10 +482,6 @@ class Histogram(_Metric):
     def _bounds(self) -> Sequence[float]:
         return self._upper_bounds
 
-    def time(self) -> Timer:
-        """A context manager or decorator that observes the duration of the block or call, in seconds."""
-        return Timer(self, "observe")
-
     def _metric_init(self) -> None:
         super()._metric_init()
         # Instance attributes, built once per series as prometheus_client builds its values (a labelled
@@ -928,18 +489,17 @@ class Histogram(_Metric):
         # runs `child._buckets[i].inc(n)` and `child._sum.inc(v)` per streamed chunk: an attribute read,
         # an index and one C call each (docs/performance.md).
         self._buckets = [_Bucket(self, i) for i in range(len(self._upper_bounds))]
-        self._sum = _Sum(self, -1)
 
     def _child_samples(self):
         seg = self._segment
         out, acc = [], 0.0
         for i, bound in enumerate(self._upper_bounds):
             acc += seg.bucket(self, i)
-            out.append(("_bucket", {"le": _go_float(bound)}, acc))
+            out.append(("_bucket", {"le": go_float(bound)}, acc))
         out.append(("_count", {}, acc))
         if self._upper_bounds[0] >= 0:
             out.append(("_sum", {}, seg.value(self)))
-        return out + _created_sample(self)
+        return out + created_sample(self)
 
 
 __all__ = ["Counter", "Gauge", "Histogram", "Summary", "CollectorRegistry", "REGISTRY", "Timer",

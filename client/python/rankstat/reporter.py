@@ -429,7 +429,23 @@ class Reporter:
         """A packer of scheduler snapshots for this segment (rankstat.snapshot.SnapshotPacker)."""
         return SnapshotPacker(self)
 
-    def _report(self, snapshot: ctypes.c_void_p, snapshot_bytes: int, entries: ctypes.c_void_p, count: int) -> int:
+    # --- the packers' C calls (rankstat.snapshot), package-internal ---------------------------------
+
+    def apply_updates(self, updates: ctypes.c_void_p, count: int) -> int:
+        """Applies `count` packed rankstat_update records at `updates` with one C call (what
+        UpdateBatch.flush() calls with its buffer). The RANKSTAT_* code; ERR_CLOSED on a closed Reporter."""
+        if self._handle is None:
+            return n.ERR_CLOSED
+        with self._lock:
+            if self._handle is None:
+                return n.ERR_CLOSED
+            return self._c_apply(self._h, updates, count, None)
+
+    def report_scheduler(self, snapshot: ctypes.c_void_p, snapshot_bytes: int, entries: ctypes.c_void_p,
+                         count: int) -> int:
+        """Appends one scheduler record: the packed snapshot of `snapshot_bytes` at `snapshot` and `count`
+        per-priority entries at `entries` (what SnapshotPacker.send() calls with its buffers). The
+        RANKSTAT_* code; ERR_CLOSED on a closed Reporter."""
         if self._handle is None:
             return n.ERR_CLOSED
         with self._lock:

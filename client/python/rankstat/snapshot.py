@@ -27,10 +27,10 @@ class UpdateBatch:
     """Series updates packed into a reused buffer and applied with one C call (rankstat_apply_updates).
     Not thread-safe: one batch per thread. flush() is called automatically when the buffer is full."""
 
-    __slots__ = ("_reporter", "_capacity", "_buffer", "_address", "_count", "_pack")
+    __slots__ = ("_apply", "_capacity", "_buffer", "_address", "_count", "_pack")
 
     def __init__(self, reporter: "Reporter", capacity: int = 64):
-        self._reporter = reporter
+        self._apply = reporter.apply_updates
         self._capacity = capacity
         self._buffer = ctypes.create_string_buffer(_UPDATE.size * capacity)
         self._address = ctypes.c_void_p(ctypes.addressof(self._buffer))
@@ -64,11 +64,8 @@ class UpdateBatch:
 
     def flush(self) -> None:
         count, self._count = self._count, 0
-        r = self._reporter
-        if count and r._handle is not None:
-            with r._lock:
-                if r._handle is not None:
-                    r._c_apply(r._h, self._address, count, None)
+        if count:
+            self._apply(self._address, count)
 
     def __enter__(self) -> "UpdateBatch":
         return self
@@ -83,7 +80,7 @@ class SnapshotPacker:
     field table, so no offset is restated here."""
 
     def __init__(self, reporter: "Reporter"):
-        self._reporter = reporter
+        self._report = reporter.report_scheduler
         layout = reporter.layout
         if layout is None:
             self.field_names: Tuple[str, ...] = ()
@@ -168,7 +165,7 @@ class SnapshotPacker:
             self._entry_count = 0
             return n.ERR_CLOSED
         entries = self._fill(values, kind, groups, running_bins, all_bins)
-        return self._reporter._report(self._address, len(self._buffer), self._entries_address, entries)
+        return self._report(self._address, len(self._buffer), self._entries_address, entries)
 
     def pack_only(self, values: Sequence[Any], *, kind: int = n.REPORT_UNSPECIFIED, groups: int = 0,
                   running_bins: Optional[Sequence[int]] = None,

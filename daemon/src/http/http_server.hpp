@@ -59,6 +59,10 @@ struct Response {
   // Optional gzip of `body` (e.g. cached between scrapes); sent as-is whenever the client accepts
   // gzip, whatever the body size. Shared so that the cache is not copied per request.
   std::shared_ptr<const std::string> precompressed_gzip;
+  // Request headers besides Accept-Encoding that chose this body (e.g. "Accept" for /metrics, whose
+  // escaping scheme the Accept header picks), for the Vary header: caches must not serve one scraper the
+  // body another asked for. The server adds Accept-Encoding itself when the body is compressible.
+  std::string vary;
   // Added verbatim; names and values must not contain CR or LF.
   std::vector<std::pair<std::string, std::string>> extra_headers;
 };

@@ -108,7 +108,12 @@ void OutgoingResponse::prepare(Response response, const Request& request, unsign
   start_message(response.status, version);
   if (!response.content_type.empty()) message_.set(bhttp::field::content_type, response.content_type);
   if (gzip_encoded) message_.set(bhttp::field::content_encoding, "gzip");
-  if (negotiable) message_.set(bhttp::field::vary, "Accept-Encoding");
+  if (negotiable) {
+    message_.set(bhttp::field::vary, response.vary.empty() ? std::string("Accept-Encoding")
+                                                           : response.vary + ", Accept-Encoding");
+  } else if (!response.vary.empty()) {
+    message_.set(bhttp::field::vary, response.vary);
+  }
   for (const auto& [name, value] : response.extra_headers) message_.insert(name, value);
   message_.keep_alive(keep_alive);
   // Set explicitly (never prepare_payload) so that HEAD reports the length a GET would get.

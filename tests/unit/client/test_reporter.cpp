@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -620,4 +623,19 @@ TEST_CASE("Every status has a distinct name", "[reporter]") {
   CHECK(rankstat::status_name(Status::kRingFull) == "ring_full");
   CHECK(rankstat::status_name(Status::kRegistryFull) == "registry_full");
   CHECK(rankstat::status_name(static_cast<Status>(100)) == "unknown");
+  std::set<std::string_view> names;
+  for (const char* name : rankstat::kStatusNames) names.insert(name);
+  CHECK(names.size() == std::size(rankstat::kStatusNames));
+}
+
+TEST_CASE("Every status has its C ABI message in the same list as its name", "[reporter]") {
+  STATIC_REQUIRE(std::size(rankstat::kStatusMessages) == std::size(rankstat::kStatusNames));
+  STATIC_REQUIRE(std::size(rankstat::kStatusNames) == static_cast<std::size_t>(Status::kRegistryFull) + 1);
+  CHECK(std::string_view(rankstat::status_message(Status::kOk)).empty());
+  CHECK(std::string_view(rankstat::status_message(Status::kRingFull)) ==
+        "ring full: record dropped and counted (the daemon is slow or absent)");
+  CHECK(std::string_view(rankstat::status_message(static_cast<Status>(100))) == "unknown error");
+  for (std::size_t i = 1; i < std::size(rankstat::kStatusMessages); ++i) {
+    CHECK_FALSE(std::string_view(rankstat::kStatusMessages[i]).empty());
+  }
 }

@@ -1,7 +1,7 @@
 // The multiprocess aggregation rules of FamilySet, one mode at a time, with contributors built by hand.
 #include <catch2/catch.hpp>
 
-#include "aggregation.hpp"
+#include "family_set.hpp"
 
 using rankstat::Contributor;
 using rankstat::FamilySet;

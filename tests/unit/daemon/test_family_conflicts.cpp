@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "aggregation.hpp"
+#include "engine_collect.hpp"
 #include "rankstat/reporter.hpp"
 #include "retired_totals.hpp"
 #include "segment_registry.hpp"

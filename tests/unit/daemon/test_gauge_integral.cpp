@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "aggregation.hpp"
+#include "engine_collect.hpp"
 #include "gauge_integral.hpp"
 #include "rankstat/reporter.hpp"
 #include "retired_totals.hpp"

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "aggregation.hpp"
+#include "engine_collect.hpp"
 #include "rankstat/reporter.hpp"
 #include "segment_registry.hpp"
 #include "testkit.hpp"

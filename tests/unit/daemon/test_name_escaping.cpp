@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "aggregation.hpp"
+#include "family_set.hpp"
 #include "scrape_filter.hpp"
 #include "text_exposition.hpp"
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "aggregation.hpp"
+#include "engine_collect.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/reporter.hpp"
 #include "rankstat/shmproto/reader.hpp"

@@ -16,7 +16,7 @@
 #include <limits>
 #include <random>
 
-#include "aggregation.hpp"
+#include "engine_collect.hpp"
 #include "http/chunked_gzip.hpp"
 #include "http/gzip.hpp"
 #include "rankstat/reporter.hpp"

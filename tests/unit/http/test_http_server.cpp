@@ -240,6 +240,39 @@ TEST_CASE("a client that asks for identity, or says nothing, gets plain text") {
   }
 }
 
+TEST_CASE("a response chosen by other request headers names them in Vary before Accept-Encoding") {
+  const std::string body = metrics_like_body(200);
+  RunningServer running(loopback_options(), [&body](const Request&) {
+    Response response;
+    response.body = body;
+    response.compressible = true;
+    response.vary = "Accept";
+    return response;
+  });
+  TestConnection client(running.port());
+
+  const ClientResponse zipped = client.request("GET", "/metrics", "Accept-Encoding: gzip\r\n");
+  const ClientResponse plain = client.request("GET", "/metrics");
+
+  CHECK(zipped.header("vary") == "Accept, Accept-Encoding");
+  CHECK(plain.header("vary") == "Accept, Accept-Encoding");
+}
+
+TEST_CASE("a response that is never compressed names only the headers that chose it in Vary") {
+  RunningServer running(loopback_options(), [](const Request&) {
+    Response response;
+    response.body = "chosen by Accept\n";
+    response.vary = "Accept";
+    return response;
+  });
+  TestConnection client(running.port());
+
+  const ClientResponse response = client.request("GET", "/metrics", "Accept-Encoding: gzip\r\n");
+
+  CHECK_FALSE(response.has_header("content-encoding"));
+  CHECK(response.header("vary") == "Accept");
+}
+
 TEST_CASE("an Accept-Encoding split over several header lines is read as one list") {
   const std::string body = metrics_like_body(200);
   RunningServer running(loopback_options(), compressible_handler(body));

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import threading
 from types import ModuleType
 from typing import Any, Callable, Dict
 
-from .. import _import_hook
+from .. import _fork_locks, _import_hook
 from .._autoload import enabled
 from .._class_swap import CLASS_HOOKS, METRIC_CLASSES, constructing_in_segment, is_wrapper, swapping
 
@@ -38,18 +36,8 @@ _HELPER_HOOKS = ("_spec_decoding_cls", "_perf_metrics_cls", "_kv_connector_cls",
 # Per-step methods: they update metrics and build none (no class swap on the engine's hot path).
 _HOT_METHODS = frozenset({"record"})
 
-_lock = threading.Lock()
+_lock = _fork_locks.module_lock(globals(), "_lock")  # patching the logger classes; new in a forked child
 _PATCHED = "__rankstat_patched__"
-
-
-def _new_lock_after_fork() -> None:
-    # A thread patching the logger classes when another forks would leave the lock held in the child.
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def _wrapped_methods(cls: type, public: bool) -> Dict[str, Callable]:

@@ -14,7 +14,9 @@
 // stands, and at first sight the heartbeat alone decides. Never "dead" for want of a file descriptor.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string_view>
 
@@ -24,21 +26,15 @@
 
 namespace rankstat::shm {
 
-enum class RankState : std::uint8_t { kLive = 0, kStalled = 1, kDead = 2, kClosed = 3 };
-inline constexpr int kRankStateCount = 4;
+// A rank's liveness verdict. X(enumerator, name): the name is the API's and the log's.
+#define RANKSTAT_RANK_STATES(X) X(kLive, "LIVE") X(kStalled, "STALLED") X(kDead, "DEAD") X(kClosed, "CLOSED")
+
+RANKSTAT_DEFINE_ENUM_WITH_TEXTS(RankState, kRankStateNames, RANKSTAT_RANK_STATES)
+inline constexpr int kRankStateCount = static_cast<int>(std::size(kRankStateNames));
 
 inline std::string_view rank_state_name(RankState state) {
-  switch (state) {
-    case RankState::kLive:
-      return "LIVE";
-    case RankState::kStalled:
-      return "STALLED";
-    case RankState::kDead:
-      return "DEAD";
-    case RankState::kClosed:
-      return "CLOSED";
-  }
-  return "UNKNOWN";
+  const auto index = static_cast<std::size_t>(state);
+  return index < std::size(kRankStateNames) ? kRankStateNames[index] : std::string_view("UNKNOWN");
 }
 
 // The state the API names `name`; nullopt for a name this build does not know (a newer daemon's).

@@ -11,9 +11,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -26,44 +28,28 @@
 
 namespace rankstat::shm {
 
-enum class RejectReason : std::uint8_t {
-  kNone = 0,
-  kNotReady,    // magic not yet written: retry later; not an error
-  kOpenFailed,  // open/fstat/mmap failed (permissions, vanished)
-  kTooSmall,    // smaller than a header page
-  kBadMagic,
-  kMajorMismatch,   // incompatible layout major
-  kLayoutMismatch,  // same major and minor, different layout hash: a broken build
-  kBadSize,         // segment_bytes disagrees with the file size
-  kBadGeometry,     // ring or cumulative regions out of bounds or malformed
-  kBadIdentity,     // strings not terminated, unknown role, bad labels
-};
-inline constexpr int kRejectReasonCount = 10;
+// Why a reader refused a segment file. X(enumerator, name): the name is what the daemon's API and
+// self-metrics call the reason.
+// clang-format off
+#define RANKSTAT_REJECT_REASONS(X)                                                                        \
+  X(kNone, "none")                                                                                        \
+  X(kNotReady, "not_ready")             /* magic not yet written: retry later; not an error */            \
+  X(kOpenFailed, "open_failed")         /* open/fstat/mmap failed (permissions, vanished) */              \
+  X(kTooSmall, "too_small")             /* smaller than a header page */                                  \
+  X(kBadMagic, "bad_magic")                                                                               \
+  X(kMajorMismatch, "major_mismatch")   /* incompatible layout major */                                   \
+  X(kLayoutMismatch, "layout_mismatch") /* same major and minor, different layout hash: a broken build */ \
+  X(kBadSize, "bad_size")               /* segment_bytes disagrees with the file size */                  \
+  X(kBadGeometry, "bad_geometry")       /* ring or cumulative regions out of bounds or malformed */       \
+  X(kBadIdentity, "bad_identity")       /* strings not terminated, unknown role, bad labels */
+// clang-format on
+
+RANKSTAT_DEFINE_ENUM_WITH_TEXTS(RejectReason, kRejectReasonNames, RANKSTAT_REJECT_REASONS)
+inline constexpr int kRejectReasonCount = static_cast<int>(std::size(kRejectReasonNames));
 
 inline std::string_view reject_reason_name(RejectReason reason) {
-  switch (reason) {
-    case RejectReason::kNone:
-      return "none";
-    case RejectReason::kNotReady:
-      return "not_ready";
-    case RejectReason::kOpenFailed:
-      return "open_failed";
-    case RejectReason::kTooSmall:
-      return "too_small";
-    case RejectReason::kBadMagic:
-      return "bad_magic";
-    case RejectReason::kMajorMismatch:
-      return "major_mismatch";
-    case RejectReason::kLayoutMismatch:
-      return "layout_mismatch";
-    case RejectReason::kBadSize:
-      return "bad_size";
-    case RejectReason::kBadGeometry:
-      return "bad_geometry";
-    case RejectReason::kBadIdentity:
-      return "bad_identity";
-  }
-  return "unknown";
+  const auto index = static_cast<std::size_t>(reason);
+  return index < std::size(kRejectReasonNames) ? kRejectReasonNames[index] : std::string_view("unknown");
 }
 
 inline std::string format_version(std::uint16_t major, std::uint16_t minor, std::uint64_t hash) {

@@ -1,5 +1,5 @@
-// Turning every segment generation's state into Prometheus metric families with prometheus_client's
-// multiprocess semantics (docs/semantics.md):
+// The family merge: FamilySet turns the samples every generation contributes into Prometheus metric
+// families with prometheus_client's multiprocess semantics (docs/semantics.md):
 //   counters and histograms  summed over every generation, dead ones included (never go backwards);
 //   gauges                   by the family's mode: all / liveall (a pid label per process), sum, min,
 //                            max, mostrecent and their live* forms, which ignore DEAD and CLOSED ranks.
@@ -8,6 +8,9 @@
 // name, never to directory order. Two gauge sets that one process ordered before the other never tie
 // (their stamps differ by at least the time it took to signal), so the tie rule only picks between sets
 // that nothing ordered.
+// The merge is family_set.cpp; writing the merged families as text (render) is family_render.cpp; what
+// each generation contributes is engine_collect.cpp and generation_contributions.hpp.
+// Thread contract: a FamilySet is used by one thread at a time (the io thread's scrape cache owns it).
 #pragma once
 
 #include <prometheus/metric_family.h>
@@ -21,11 +24,9 @@
 #include <vector>
 
 #include "engine_rules.hpp"
-#include "gauge_integral.hpp"
 #include "label_policy.hpp"
 #include "rank_segment.hpp"
 #include "rankstat/shmproto/layout.hpp"
-#include "rankstat/shmproto/scheduler_snapshot.hpp"
 #include "text_exposition.hpp"
 
 namespace rankstat {
@@ -220,23 +221,5 @@ class FamilySet {
   Labels sorted_scratch_;
   std::map<SegmentSlotKey, SegmentSlots, SegmentSlotKeyLess> slots_;
 };
-
-struct CollectOptions {
-  std::string instance_label;  // --label.instance; empty: none
-  std::uint64_t now_ns = 0;
-  std::uint64_t dead_grace_ns = 0;  // a dead generation's `all`-mode series are kept this long
-  // Integrated gauges (gauge_integral.hpp); null or empty: none exported.
-  const IntegralSettings* integrals = nullptr;
-};
-
-// The exported family of a scheduler snapshot field and its gauge mode (from the record's own table,
-// shm::kSchedulerScalarFields); nullopt-like false when the field is not exported as a gauge.
-std::string snapshot_family_name(const shm::ScalarField& field);
-bool snapshot_field_gauge_mode(const shm::ScalarField& field, shm::GaugeMode& mode);
-
-// Adds every engine family that the generations contribute. A folded generation (RankSegment::folded)
-// contributes its gauges only: its counters, histograms, summaries and integrals are in the retired totals.
-void collect_engine_metrics(const std::vector<const RankSegment*>& generations, const CollectOptions& options,
-                            FamilySet& out);
 
 }  // namespace rankstat
