@@ -59,7 +59,7 @@ bool read_sized_labels(std::uint32_t count, const char* const* names, const char
 std::string refusal_text(const rankstat::shm::SeriesCheck& check, const rankstat::shm::LabelPairs& labels) {
   namespace shm = rankstat::shm;
   if (!check) return {};
-  const std::string text(shm::series_refusal_text(check.refusal));
+  std::string text(shm::series_refusal_text(check.refusal));
   if (shm::is_label_refusal(check.refusal) && check.label < labels.size()) {
     return "label " + shm::quoted_for_message(labels[check.label].first) + " " + text;
   }

@@ -146,9 +146,10 @@ void FamilySet::render(std::string& out, std::vector<std::size_t>* family_ends,
         continue;
       }
       if (s->has_value) {
-        if (!written)
+        if (!written) {
           exposition::append_family_header(out, name, f.help, type, exposition::Dialect::kPrometheusClient,
                                            escaping);
+        }
         written = true;
         render_series(out, name, type, *s, histogram ? SeriesPart::kHistogramSum : SeriesPart::kAll,
                       escaping);

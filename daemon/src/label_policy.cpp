@@ -22,9 +22,10 @@ void set_label(Labels& labels, const std::string& name, const std::string& value
 std::string constant_label_refusal(std::string_view name, std::string_view instance_label) {
   const std::string text(name);
   if (name.starts_with("__")) return "'" + text + "' is reserved (labels starting with __ are Prometheus's)";
-  if (!shm::is_classic_label_name(text))
+  if (!shm::is_classic_label_name(text)) {
     return "'" + text +
            "' is not a valid Prometheus label name (constant labels are classic: [a-zA-Z_][a-zA-Z0-9_]*)";
+  }
   for (const std::string_view added : {"le", "quantile", "pid", "gt"}) {
     if (name == added)
       return "'" + text + "' is reserved: the exposition or a gauge mode adds it to engine series";

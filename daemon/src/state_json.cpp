@@ -90,7 +90,7 @@ double total_from_json(const boost::json::value& value) {
   if (text == kPlusInf) return std::numeric_limits<double>::infinity();
   if (text == kMinusInf) return -std::numeric_limits<double>::infinity();
   throw std::invalid_argument("a number written as the string '" + std::string(text) +
-                              "' (only \"NaN\", \"+Inf\" and \"-Inf\" are)");
+                              R"(' (only "NaN", "+Inf" and "-Inf" are))");
 }
 
 // A counter total as the exposition may serve it: a number that is not negative, +Inf, or NaN.

@@ -92,13 +92,13 @@ void append_escaped_name(std::string& out, std::string_view name, bool metric, E
     const char32_t c = next_code_point(name, at);
     if (escaping == Escaping::kUnderscores) {
       out.push_back(classic_char(c, index, metric) ? static_cast<char>(c) : '_');
-    } else if (c == '_') {
-      out.append("__");
     } else if (escaping == Escaping::kDots && c == '.') {
       out.append("_dot_");
-    } else if (classic_char(c, index, metric)) {
+    } else if (c != '_' && classic_char(c, index, metric)) {
       out.push_back(static_cast<char>(c));
-    } else if (escaping == Escaping::kDots) {
+    } else if (c == '_' || escaping == Escaping::kDots) {
+      // Both schemes double an underscore, so an escaped name reads back unambiguously; dots also writes
+      // any other character outside the classic set as a double underscore.
       out.append("__");
     } else {
       char hex[16];
